@@ -1,0 +1,103 @@
+"""One settings object, built once at start-up from defaults, a TOML file and BEHEST_* env."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Every knob behest has. Env: BEHEST_<FIELD NAME IN CAPITALS>; TOML: the field name."""
+
+    listen: str = DEFAULT_LISTEN
+    data_dir: str = "./data"
+    # Empty: a SQLite file in data_dir. Or e.g. postgresql+asyncpg://user@host/db.
+    database_url: str = ""
+    log_level: str = "INFO"
+    log_format: str = "json"
+    # Runs executing at once in this process; more → RESOURCE_EXHAUSTED.
+    max_concurrent_runs: int = 256
+    # Open server streams (CreateRunStream + WatchRunEvents); more → RESOURCE_EXHAUSTED.
+    max_streams: int = 10_000
+    # Group commit: the writer flushes when this many writes wait or after this many ms.
+    commit_batch_max: int = 500
+    commit_window_ms: float = 2.0
+    # Request bounds (bytes of UTF-8).
+    max_input_bytes: int = 256 * 1024
+    max_metadata_bytes: int = 16 * 1024
+    max_request_id_bytes: int = 256
+    max_receive_message_bytes: int = 4 * 1024 * 1024
+    # The agent loop.
+    max_iterations: int = 10
+    provider_timeout_s: float = 60.0
+    provider_max_attempts: int = 4
+    provider_backoff_initial_s: float = 0.5
+    provider_backoff_max_s: float = 8.0
+    # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
+    shutdown_grace_s: float = 10.0
+
+    @classmethod
+    def load(cls, *, config_file: str | None = None, **overrides: Any) -> Settings:
+        """Defaults, then the TOML file (BEHEST_CONFIG if not given), then env, then overrides."""
+        settings = cls()
+        path = config_file or os.environ.get("BEHEST_CONFIG")
+        if path:
+            with Path(path).open("rb") as fh:
+                data = tomllib.load(fh)
+            settings = settings.with_values(data.get("behest", data), source=str(path))
+        env = {
+            f.name: os.environ[f"BEHEST_{f.name.upper()}"]
+            for f in fields(cls)
+            if f"BEHEST_{f.name.upper()}" in os.environ
+        }
+        settings = settings.with_values(env, source="environment")
+        return settings.with_values(
+            {k: v for k, v in overrides.items() if v is not None}, source="arguments"
+        )
+
+    def with_values(self, values: dict[str, Any], *, source: str) -> Settings:
+        """A copy with `values` applied, each converted to its field's type."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for name, raw in values.items():
+            if name not in known:
+                if isinstance(raw, dict):
+                    continue  # sections for later features (providers, tools)
+                raise ValueError(f"{source}: unknown setting {name!r}")
+            kind = type(getattr(self, name))
+            try:
+                changes[name] = _convert(raw, kind)
+            except ValueError as exc:
+                raise ValueError(f"{source}: setting {name!r}: {exc}") from None
+        return replace(self, **changes)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return Path(self.data_dir) / "behest.db"
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.sqlite_path}"
+
+
+def _convert(raw: Any, kind: type) -> Any:
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected a boolean, got {raw!r}")
+    if kind is int:
+        return int(raw)
+    if kind is float:
+        return float(raw)
+    return str(raw)

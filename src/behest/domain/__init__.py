@@ -1,0 +1,1 @@
+"""Plain domain types: no grpc, no SQLAlchemy."""

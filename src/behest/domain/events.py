@@ -1,0 +1,143 @@
+"""Run events: one dataclass per AgentEvent kind, and the numbered envelope."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from behest.domain.messages import ToolCall
+from behest.domain.runs import FinishReason, TokenUsage
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    session_id: str
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextBuilt:
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStarted:
+    provider: str
+    model: str
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    call_id: str
+    tool_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallCompleted:
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionStarted:
+    call_id: str
+    tool_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionFinished:
+    call_id: str
+    tool_name: str
+    duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessageCommitted:
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMessageCommitted:
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecorded:
+    usage: TokenUsage
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompleted:
+    finish_reason: FinishReason
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunCancelled:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DoomLoopDetected:
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionCircuitOpened:
+    consecutive_failures: int
+
+
+Payload = (
+    RunStarted
+    | ContextBuilt
+    | ModelStarted
+    | TextDelta
+    | ToolCallStarted
+    | ToolCallDelta
+    | ToolCallCompleted
+    | ToolExecutionStarted
+    | ToolExecutionFinished
+    | AssistantMessageCommitted
+    | ToolMessageCommitted
+    | UsageRecorded
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+    | DoomLoopDetected
+    | CompactionCircuitOpened
+)
+
+TERMINAL = (RunCompleted, RunFailed, RunCancelled)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """One numbered event of a run's log."""
+
+    run_id: str
+    sequence: int
+    payload: Payload
+    timestamp: datetime
+    trace_id: str = ""
+    span_id: str = ""
+
+    @property
+    def is_terminal(self) -> bool:
+        return isinstance(self.payload, TERMINAL)

@@ -1,0 +1,42 @@
+"""Transcript messages and tool calls."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class Role(enum.StrEnum):
+    """Who a message is from."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call a model asked for; arguments are JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message of a session's transcript, ordered by `position` within the session."""
+
+    id: str
+    session_id: str
+    run_id: str
+    position: int
+    role: Role
+    text: str
+    created_at: datetime
+    tool_calls: tuple[ToolCall, ...] = field(default_factory=tuple)
+    tool_call_id: str = ""
+    tool_name: str = ""
+    is_error: bool = False

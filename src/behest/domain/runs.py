@@ -1,0 +1,127 @@
+"""Runs, their status, usage and the request that creates one."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from behest.domain.messages import Message
+
+
+class RunStatus(enum.IntEnum):
+    """Where a run is in the agent loop; values match agent.v1.RunStatus."""
+
+    PENDING = 1
+    SESSION_LOADED = 2
+    BUILDING_CONTEXT = 3
+    CALLING_MODEL = 4
+    WAITING_FOR_TOOLS = 5
+    PERSISTING = 6
+    COMPLETED = 7
+    FAILED = 8
+    CANCELLED = 9
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class FinishReason(enum.IntEnum):
+    """Why a model stopped; values match agent.v1.FinishReason."""
+
+    UNSPECIFIED = 0
+    STOP = 1
+    TOOL_CALLS = 2
+    LENGTH = 3
+    CONTENT_FILTER = 4
+    ERROR = 5
+    UNKNOWN = 6
+
+
+class ToolChoice(enum.StrEnum):
+    """Which tools the model may (or must) call."""
+
+    AUTO = "auto"
+    NONE = "none"
+    REQUIRED = "required"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """Tokens of one model call or of a whole run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRequest:
+    """A validated request to start a run (what CreateRun carries)."""
+
+    session_id: str | None
+    provider: str
+    model: str
+    input: str
+    metadata: str = ""
+    tool_choice: str = ToolChoice.AUTO
+    client_request_id: str = ""
+
+    def fingerprint(self) -> str:
+        """What must match for a repeated client_request_id to mean the same request."""
+        import hashlib
+        import json
+
+        body = json.dumps(
+            [self.session_id or "", self.provider, self.model, self.input, self.metadata,
+             self.tool_choice],
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(slots=True, kw_only=True)
+class Run:
+    """A run as stored."""
+
+    id: str
+    session_id: str
+    status: RunStatus
+    provider: str
+    model: str
+    input: str
+    metadata: str
+    tool_choice: str
+    created_at: datetime
+    updated_at: datetime
+    iterations: int = 0
+    finish_reason: FinishReason = FinishReason.UNSPECIFIED
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    error: str = ""
+    traceparent: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedRun:
+    """The outcome of a create: the run, and whether this request created it."""
+
+    run: Run
+    created: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOutput:
+    """What a finished run produced."""
+
+    run: Run
+    messages: list[Message]
+

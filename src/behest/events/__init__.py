@@ -1,0 +1,1 @@
+"""The event log: sequencing, group commit, and waking readers."""

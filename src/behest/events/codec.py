@@ -1,0 +1,34 @@
+"""Event payloads ⇄ (kind, JSON text) for storage; the kind is the payload class name."""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import asdict, fields
+from typing import Any
+
+from behest.domain import events as ev
+from behest.domain.messages import ToolCall
+from behest.domain.runs import FinishReason, TokenUsage
+
+_KINDS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.Payload)}
+
+
+def encode(payload: ev.Payload) -> tuple[str, str]:
+    """Return the payload's kind and its JSON text."""
+    return type(payload).__name__, json.dumps(asdict(payload), separators=(",", ":"))
+
+
+def decode(kind: str, text: str) -> ev.Payload:
+    """Rebuild a payload stored by `encode`."""
+    cls = _KINDS[kind]
+    data = json.loads(text)
+    for f in fields(cls):
+        value = data.get(f.name)
+        if f.name == "call":
+            data[f.name] = ToolCall(**value)
+        elif f.name == "usage":
+            data[f.name] = TokenUsage(**value)
+        elif f.name == "finish_reason":
+            data[f.name] = FinishReason(value)
+    return typing.cast(ev.Payload, cls(**data))

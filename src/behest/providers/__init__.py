@@ -1,0 +1,1 @@
+"""Model providers behind one protocol over normalised messages and stream deltas."""

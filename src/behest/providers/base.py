@@ -1,0 +1,76 @@
+"""The Provider protocol: a normalised model request in, a stream of deltas out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from behest.domain.messages import Message
+from behest.domain.runs import FinishReason, TokenUsage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A tool as offered to a model."""
+
+    name: str
+    description: str
+    parameters_schema: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One model call. `call_number` counts the run's model calls from 1, retries included."""
+
+    model: str
+    messages: list[Message]
+    tools: list[ToolDefinition] = field(default_factory=list)
+    tool_choice: str = "auto"
+    instructions: str = ""
+    max_output_tokens: int | None = None
+    call_number: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """A piece of the answer's text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallBegin:
+    """A tool call starts; its arguments follow as fragments."""
+
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArguments:
+    """A fragment of a tool call's JSON arguments."""
+
+    call_id: str
+    fragment: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The model is done with this call."""
+
+    reason: FinishReason
+    usage: TokenUsage
+
+
+Delta = TextChunk | ToolCallBegin | ToolCallArguments | Finished
+
+
+class Provider(Protocol):
+    """A model provider. `stream` raises errors from `behest.errors` (ProviderError family)."""
+
+    name: str
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[Delta]:
+        """Stream one model call's deltas; the last one is `Finished`."""
+        ...
