@@ -1,18 +1,18 @@
 """behest's one exception tree. Each class maps to one gRPC status in `api/status.py`.
 
-    BehestError
-    ├── InvalidArgument          bad request field (names the field)
-    ├── NotFound                 unknown run, session, snapshot
-    ├── AlreadyExists            client_request_id reused with a different request
-    ├── FailedPrecondition       operation not valid in the current state
-    ├── Aborted                  conflict with concurrent work (session busy)
-    ├── OutOfRange               cursor past the end of a finished run
-    ├── ResourceExhausted        a configured limit is reached
-    ├── Unavailable              the server is shutting down
-    └── ProviderError            a model provider failed (carried into RunFailed)
-        ├── TransientProviderError   retried: 429, 5xx, timeouts, resets
-        ├── ContextOverflowError     the context did not fit the model
-        └── PermanentProviderError   not retried: auth, bad request
+BehestError
+├── InvalidArgument          bad request field (names the field)
+├── NotFound                 unknown run, session, snapshot
+├── AlreadyExists            client_request_id reused with a different request
+├── FailedPrecondition       operation not valid in the current state
+├── Aborted                  conflict with concurrent work (session busy)
+├── OutOfRange               cursor past the end of a finished run
+├── ResourceExhausted        a configured limit is reached
+├── Unavailable              the server is shutting down
+└── ProviderError            a model provider failed (carried into RunFailed)
+    ├── TransientProviderError   retried: 429, 5xx, timeouts, resets
+    ├── ContextOverflowError     the context did not fit the model
+    └── PermanentProviderError   not retried: auth, bad request
 """
 
 from __future__ import annotations

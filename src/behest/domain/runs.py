@@ -82,8 +82,14 @@ class RunRequest:
         import json
 
         body = json.dumps(
-            [self.session_id or "", self.provider, self.model, self.input, self.metadata,
-             self.tool_choice],
+            [
+                self.session_id or "",
+                self.provider,
+                self.model,
+                self.input,
+                self.metadata,
+                self.tool_choice,
+            ],
             separators=(",", ":"),
         )
         return hashlib.sha256(body.encode()).hexdigest()
@@ -124,4 +130,3 @@ class RunOutput:
 
     run: Run
     messages: list[Message]
-

@@ -1,0 +1,192 @@
+"""proto ⇄ domain: the one module that knows both shapes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import assert_never, cast
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from behest._proto.agent.v1 import common_pb2 as pb_common
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest.domain import events as ev
+from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.domain.messages import Message, ToolCall
+from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
+from behest.domain.snapshots import Snapshot
+
+
+def _finish_reason(value: FinishReason) -> pb_common.FinishReason.ValueType:
+    return cast(pb_common.FinishReason.ValueType, int(value))
+
+
+def _status(value: RunStatus) -> pb_common.RunStatus.ValueType:
+    return cast(pb_common.RunStatus.ValueType, int(value))
+
+
+def timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def usage(value: TokenUsage) -> pb_common.TokenUsage:
+    return pb_common.TokenUsage(
+        input_tokens=value.input_tokens,
+        output_tokens=value.output_tokens,
+        total_tokens=value.total_tokens,
+    )
+
+
+def tool_call(call: ToolCall) -> pb_common.ToolCall:
+    return pb_common.ToolCall(id=call.id, name=call.name, arguments=call.arguments)
+
+
+def event(value: ev.Event) -> pb.AgentEvent:
+    """A domain event as the AgentEvent clients receive."""
+    out = pb.AgentEvent(
+        sequence=value.sequence,
+        run_id=value.run_id,
+        timestamp=timestamp(value.timestamp),
+        trace_id=value.trace_id,
+        span_id=value.span_id,
+    )
+    p = value.payload
+    match p:
+        case ev.RunStarted():
+            out.run_started.CopyFrom(
+                pb.RunStartedEvent(session_id=p.session_id, provider=p.provider, model=p.model)
+            )
+        case ev.ContextBuilt():
+            out.context_built.message_count = p.message_count
+        case ev.ModelStarted():
+            out.model_started.CopyFrom(
+                pb.ModelStartedEvent(provider=p.provider, model=p.model, iteration=p.iteration)
+            )
+        case ev.TextDelta():
+            out.text_delta.delta = p.delta
+        case ev.ToolCallStarted():
+            out.tool_call_started.CopyFrom(
+                pb.ToolCallStartedEvent(call_id=p.call_id, tool_name=p.tool_name)
+            )
+        case ev.ToolCallDelta():
+            out.tool_call_delta.CopyFrom(pb.ToolCallDeltaEvent(call_id=p.call_id, delta=p.delta))
+        case ev.ToolCallCompleted():
+            out.tool_call_completed.call.CopyFrom(tool_call(p.call))
+        case ev.ToolExecutionStarted():
+            out.tool_execution_started.CopyFrom(
+                pb.ToolExecutionStartedEvent(call_id=p.call_id, tool_name=p.tool_name)
+            )
+        case ev.ToolExecutionFinished():
+            out.tool_execution_finished.CopyFrom(
+                pb.ToolExecutionFinishedEvent(
+                    call_id=p.call_id, tool_name=p.tool_name, duration_ms=p.duration_ms
+                )
+            )
+        case ev.AssistantMessageCommitted():
+            out.assistant_message_committed.message_id = p.message_id
+        case ev.ToolMessageCommitted():
+            out.tool_message_committed.message_id = p.message_id
+        case ev.UsageRecorded():
+            out.usage_recorded.usage.CopyFrom(usage(p.usage))
+        case ev.RunCompleted():
+            out.run_completed.CopyFrom(
+                pb.RunCompletedEvent(
+                    finish_reason=_finish_reason(p.finish_reason), iterations=p.iterations
+                )
+            )
+        case ev.RunFailed():
+            out.run_failed.error = p.error
+        case ev.RunCancelled():
+            out.run_cancelled.SetInParent()
+        case ev.DoomLoopDetected():
+            out.doom_loop_detected.description = p.description
+        case ev.CompactionCircuitOpened():
+            out.compaction_circuit_opened.consecutive_failures = p.consecutive_failures
+        case _:
+            assert_never(p)
+    return out
+
+
+def run_record(run: Run) -> pb.RunRecord:
+    return pb.RunRecord(
+        id=run.id,
+        session_id=run.session_id,
+        status=_status(run.status),
+        provider=pb_common.ProviderId(value=run.provider),
+        model=pb_common.ModelName(value=run.model),
+        metadata=run.metadata,
+        created_at=timestamp(run.created_at),
+        updated_at=timestamp(run.updated_at),
+    )
+
+
+def message(value: Message) -> pb_common.Message:
+    content = (
+        [pb_common.ContentPart(text=pb_common.TextContent(text=value.text))] if value.text else []
+    )
+    return pb_common.Message(
+        id=value.id,
+        session_id=value.session_id,
+        role=value.role.value,
+        content=content,
+        tool_calls=[tool_call(c) for c in value.tool_calls],
+        tool_call_id=value.tool_call_id,
+        tool_name=value.tool_name,
+        created_at=timestamp(value.created_at),
+    )
+
+
+def run_output(output: RunOutput) -> pb.RunOutput:
+    run = output.run
+    return pb.RunOutput(
+        run_id=run.id,
+        session_id=run.session_id,
+        iterations=run.iterations,
+        finish_reason=_finish_reason(run.finish_reason),
+        total_usage=usage(run.usage),
+        messages=[message(m) for m in output.messages],
+    )
+
+
+def snapshot(value: Snapshot) -> pb.SnapshotInfo:
+    return pb.SnapshotInfo(
+        run_id=value.run_id,
+        session_id=value.session_id,
+        status=_status(value.status),
+        iteration=value.iteration,
+        total_usage=usage(value.usage),
+        timestamp=timestamp(value.updated_at),
+    )
+
+
+def compaction_config(config: CompactionConfig) -> pb.GetCompactionConfigResponse:
+    return pb.GetCompactionConfigResponse(
+        auto=config.auto,
+        prune=config.prune,
+        buffer_tokens=config.buffer_tokens,
+        keep_tokens=config.keep_tokens,
+        tail_turns=config.tail_turns,
+        model=config.model,
+        provider=config.provider,
+        circuit_breaker_threshold=config.circuit_breaker_threshold,
+    )
+
+
+def compaction_config_from(request: pb.UpdateCompactionConfigRequest) -> CompactionConfig:
+    return CompactionConfig(
+        auto=request.auto,
+        prune=request.prune,
+        buffer_tokens=request.buffer_tokens,
+        keep_tokens=request.keep_tokens,
+        tail_turns=request.tail_turns,
+        model=request.model,
+        provider=request.provider,
+        circuit_breaker_threshold=request.circuit_breaker_threshold,
+    )
+
+
+def circuit_breaker(state: CircuitBreakerState) -> pb.GetCircuitBreakerResponse:
+    return pb.GetCircuitBreakerResponse(
+        is_open=state.is_open, consecutive_failures=state.consecutive_failures
+    )

@@ -1,0 +1,127 @@
+"""Builds grpc.aio method handlers from the service descriptors, around thin servicers.
+
+Every handler gets the same edges: requests that do not decode → INVALID_ARGUMENT (not
+UNKNOWN with a class name); domain errors → their status (api/status.py); anything else →
+INTERNAL with a trace id, logged, never with a stack trace; a cap on open streams.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor, message_factory
+from google.protobuf.message import DecodeError
+
+from behest.api.status import status_of
+from behest.errors import BehestError
+from behest.telemetry import current_trace_ids
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    type_name: str
+    reason: str
+
+
+class StreamLimit:
+    """Counts open server streams; unary RPCs are never counted, so they cannot be locked out."""
+
+    def __init__(self, maximum: int) -> None:
+        self.maximum = maximum
+        self.open = 0
+
+
+def generic_handler(
+    service: descriptor.ServiceDescriptor, servicer: object, streams: StreamLimit
+) -> grpc.GenericRpcHandler:
+    """One handler per method of `service`, calling the servicer method of the same name."""
+    handlers = {}
+    for method in service.methods:
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        fn = getattr(servicer, method.name)
+        deserialize = _lenient(request_cls)
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _guard_stream(fn, streams),
+                request_deserializer=deserialize,
+                response_serializer=response_cls.SerializeToString,
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _guard_unary(fn),
+                request_deserializer=deserialize,
+                response_serializer=response_cls.SerializeToString,
+            )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+def _lenient(cls: Any) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return _Undecodable(cls.DESCRIPTOR.full_name, str(exc) or "malformed bytes")
+
+    return deserialize
+
+
+def _guard_unary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _reject_undecodable(request, context)
+        try:
+            return await fn(request, context)
+        except BehestError as exc:
+            await context.abort(status_of(exc), str(exc))
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            await _abort_internal(context)
+
+    return handle
+
+
+def _guard_stream(
+    fn: Callable[..., AsyncIterator[Any]], streams: StreamLimit
+) -> Callable[..., Any]:
+    async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await _reject_undecodable(request, context)
+        if streams.open >= streams.maximum:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many open streams ({streams.maximum}); close some and retry",
+            )
+        streams.open += 1
+        try:
+            async for item in fn(request, context):
+                yield item
+        except BehestError as exc:
+            await context.abort(status_of(exc), str(exc))
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            await _abort_internal(context)
+        finally:
+            streams.open -= 1
+
+    return handle
+
+
+async def _reject_undecodable(request: Any, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(request, _Undecodable):
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the request is not a valid {request.type_name} message ({request.reason})",
+        )
+
+
+async def _abort_internal(context: grpc.aio.ServicerContext) -> None:
+    trace_id, _ = current_trace_ids()
+    log.exception("unexpected error in RPC", extra={"trace_id": trace_id})
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (trace id {trace_id or 'none'})")

@@ -1,0 +1,77 @@
+"""agent.v1.RunService: validate → one call → convert."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest.api import convert
+from behest.api.requests import RequestLimits, run_query, run_request, uuid_field
+from behest.runs.service import RunService
+
+
+def traceparent(context: grpc.aio.ServicerContext) -> str:
+    """The W3C traceparent the client sent in metadata, if any."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent" and isinstance(value, str):
+            return value
+    return ""
+
+
+class RunServicer:
+    def __init__(self, runs: RunService, limits: RequestLimits) -> None:
+        self._runs = runs
+        self._limits = limits
+
+    async def CreateRun(
+        self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateRunResponse:
+        created = await self._runs.create(
+            run_request(request, self._limits), traceparent=traceparent(context)
+        )
+        return pb.CreateRunResponse(run_id=created.run.id, session_id=created.run.session_id)
+
+    async def CreateRunStream(
+        self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AgentEvent]:
+        events = self._runs.create_and_follow(
+            run_request(request, self._limits), traceparent=traceparent(context)
+        )
+        async for event in events:
+            yield convert.event(event)
+
+    async def WatchRunEvents(
+        self, request: pb.WatchRunEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AgentEvent]:
+        run_id = uuid_field(request.run_id, "run_id")
+        async for event in self._runs.watch(run_id, after=request.last_event_id):
+            yield convert.event(event)
+
+    async def GetRun(
+        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRunResponse:
+        run = await self._runs.get(uuid_field(request.run_id, "run_id"))
+        return pb.GetRunResponse(run=convert.run_record(run))
+
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunsResponse:
+        query = run_query(request)
+        runs = await self._runs.list_runs(
+            session_id=query.session_id, status=query.status, limit=query.limit, offset=query.offset
+        )
+        return pb.ListRunsResponse(runs=[convert.run_record(r) for r in runs])
+
+    async def GetRunOutput(
+        self, request: pb.GetRunOutputRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRunOutputResponse:
+        output = await self._runs.output(uuid_field(request.run_id, "run_id"))
+        return pb.GetRunOutputResponse(output=convert.run_output(output))
+
+    async def CancelRun(
+        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelRunResponse:
+        await self._runs.cancel(uuid_field(request.run_id, "run_id"))
+        return pb.CancelRunResponse()

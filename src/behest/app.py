@@ -1,0 +1,114 @@
+"""Composition root: settings → store → event log → providers/tools → executor → server.
+
+`App.stop` is ordered and idempotent: stop taking runs → drain or cancel runs → stop the
+server → flush the event log → close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from behest import logs, telemetry
+from behest.api.requests import RequestLimits
+from behest.api.server import ApiServer
+from behest.config import Settings
+from behest.events.log import EventLog
+from behest.providers.local import LocalProvider
+from behest.providers.registry import ProviderRegistry
+from behest.runs.executor import Executor
+from behest.runs.loop import LoopLimits
+from behest.runs.service import RunService
+from behest.store.sql.store import SqlStore
+from behest.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    """One behest server process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = SqlStore(settings.effective_database_url)
+        self.event_log = EventLog(
+            self.store,
+            batch_max=settings.commit_batch_max,
+            window_s=settings.commit_window_ms / 1000,
+        )
+        self.executor = Executor(
+            store=self.store,
+            event_log=self.event_log,
+            providers=ProviderRegistry([LocalProvider()]),
+            tools=ToolRegistry(),
+            limits=LoopLimits(
+                max_iterations=settings.max_iterations,
+                provider_timeout_s=settings.provider_timeout_s,
+                provider_max_attempts=settings.provider_max_attempts,
+                backoff_initial_s=settings.provider_backoff_initial_s,
+                backoff_max_s=settings.provider_backoff_max_s,
+            ),
+            max_concurrent_runs=settings.max_concurrent_runs,
+        )
+        self.runs = RunService(store=self.store, event_log=self.event_log, executor=self.executor)
+        self.server = ApiServer(
+            self.runs,
+            listen=settings.listen,
+            limits=RequestLimits(
+                max_input_bytes=settings.max_input_bytes,
+                max_metadata_bytes=settings.max_metadata_bytes,
+                max_request_id_bytes=settings.max_request_id_bytes,
+            ),
+            max_streams=settings.max_streams,
+            max_receive_message_bytes=settings.max_receive_message_bytes,
+        )
+        self._started = False
+        self._stopped = False
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        telemetry.setup()
+        await self.store.start()
+        await self.event_log.start()
+        await self.executor.recover()
+        await self.server.start()
+        self._started = True
+        log.info("behest serving", extra={"listen": self.settings.listen, "port": self.port})
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        if self._started:
+            await self.server.stop_accepting()
+        await self.executor.stop(grace)
+        # Streams end once their runs have; a short grace lets them send the last events.
+        await self.server.stop(1.0)
+        await self.event_log.stop()
+        await self.store.close()
+        log.info("behest stopped")
+
+
+def serve(settings: Settings) -> None:
+    """Run the server until SIGTERM or SIGINT, then shut down gracefully."""
+    logs.setup(settings.log_level, settings.log_format)
+    asyncio.run(_serve(settings))
+
+
+async def _serve(settings: Settings) -> None:
+    app = App(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await app.start()
+    try:
+        await stop.wait()
+        log.info("shutting down", extra={"grace_s": settings.shutdown_grace_s})
+    finally:
+        await app.stop()

@@ -1,0 +1,232 @@
+"""A small asyncio client for behest's RunService that resumes broken event streams.
+
+Event streams (`stream_run`, `watch`) survive a server restart or network break: on
+UNAVAILABLE they reconnect with WatchRunEvents after the last sequence seen, with bounded
+exponential backoff. Any other status is raised at once as `grpc.aio.AioRpcError`; so is
+UNAVAILABLE once the attempts are used up. A stream that ends with OK before the run's
+terminal event is treated as a break too, and raises ConnectionError when attempts run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+
+import grpc
+import grpc.aio
+
+from behest._proto.agent.v1 import common_pb2, run_pb2, run_pb2_grpc
+
+AgentEvent = run_pb2.AgentEvent
+TERMINAL_KINDS = frozenset({"run_completed", "run_failed", "run_cancelled"})
+# Only these mean "the server or the network went away"; any other status is an answer.
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+
+def is_terminal(event: run_pb2.AgentEvent) -> bool:
+    """Whether the event ends its run (RunCompleted, RunFailed or RunCancelled)."""
+    return event.WhichOneof("event") in TERMINAL_KINDS
+
+
+class BehestClient:
+    """RunService over one channel; use as `async with BehestClient(address) as client:`."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        metadata: Sequence[tuple[str, str]] = (),
+        reconnect_attempts: int = 8,
+        reconnect_backoff_s: float = 0.2,
+        reconnect_backoff_max_s: float = 5.0,
+    ) -> None:
+        self.address = address
+        self.metadata = tuple(metadata)
+        # Bounds on each outage: attempts reset whenever an event gets through.
+        self._attempts = reconnect_attempts
+        self._backoff_s = reconnect_backoff_s
+        self._backoff_max_s = reconnect_backoff_max_s
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: run_pb2_grpc.RunServiceStub | None = None
+
+    async def __aenter__(self) -> BehestClient:
+        self._channel = grpc.aio.insecure_channel(self.address)
+        self._stub = run_pb2_grpc.RunServiceStub(self._channel)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel; idempotent."""
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+    @property
+    def stub(self) -> run_pb2_grpc.RunServiceStub:
+        """The generated stub, for RPCs this client does not wrap."""
+        if self._stub is None:
+            raise RuntimeError("BehestClient is not open; use `async with BehestClient(...)`")
+        return self._stub
+
+    async def create_run(
+        self,
+        input: str,
+        *,
+        session_id: str = "",
+        provider: str = "local",
+        model: str = "echo",
+        metadata: str = "",
+        tool_choice: str = "",
+        client_request_id: str = "",
+    ) -> tuple[str, str]:
+        """Create a run and return (run_id, session_id); retried on UNAVAILABLE, idempotently."""
+        request = _create_request(
+            input, session_id, provider, model, metadata, tool_choice, client_request_id
+        )
+        attempt = 0
+        while True:
+            try:
+                response = await self.stub.CreateRun(request, metadata=self.metadata)
+                return response.run_id, response.session_id
+            except grpc.aio.AioRpcError as exc:
+                attempt = await self._backoff_or_raise(exc, attempt)
+
+    async def stream_run(
+        self,
+        input: str,
+        *,
+        session_id: str = "",
+        provider: str = "local",
+        model: str = "echo",
+        metadata: str = "",
+        tool_choice: str = "",
+        client_request_id: str = "",
+    ) -> AsyncIterator[run_pb2.AgentEvent]:
+        """Create a run and yield its events to the terminal one, resuming after breaks."""
+        request = _create_request(
+            input, session_id, provider, model, metadata, tool_choice, client_request_id
+        )
+        async for event in self._follow(request, "", 0):
+            yield event
+
+    async def watch(self, run_id: str, after: int = 0) -> AsyncIterator[run_pb2.AgentEvent]:
+        """Yield a run's events with sequence > `after` to the terminal one, resuming."""
+        async for event in self._follow(None, run_id, after):
+            yield event
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel an active run."""
+        await self.stub.CancelRun(run_pb2.CancelRunRequest(run_id=run_id), metadata=self.metadata)
+
+    async def get_run(self, run_id: str) -> run_pb2.RunRecord:
+        """Return one run's record."""
+        request = run_pb2.GetRunRequest(run_id=run_id)
+        return (await self.stub.GetRun(request, metadata=self.metadata)).run
+
+    async def list_runs(
+        self,
+        *,
+        session_id: str = "",
+        status: common_pb2.RunStatus.ValueType = common_pb2.RUN_STATUS_UNSPECIFIED,
+        limit: int = 0,
+        offset: int = 0,
+    ) -> list[run_pb2.RunRecord]:
+        """List runs, newest first, optionally by session and status."""
+        request = run_pb2.ListRunsRequest(
+            session_id=session_id,
+            status=status,
+            pagination=common_pb2.Pagination(limit=limit, offset=offset),
+        )
+        return list((await self.stub.ListRuns(request, metadata=self.metadata)).runs)
+
+    async def get_output(self, run_id: str) -> run_pb2.RunOutput:
+        """Return what a finished run produced."""
+        request = run_pb2.GetRunOutputRequest(run_id=run_id)
+        return (await self.stub.GetRunOutput(request, metadata=self.metadata)).output
+
+    async def _follow(
+        self, create: run_pb2.CreateRunRequest | None, run_id: str, after: int
+    ) -> AsyncIterator[run_pb2.AgentEvent]:
+        # Until the first event arrives the run id is unknown, so a break is retried with the
+        # same CreateRunStream (same client_request_id → same run, streamed from sequence 1).
+        last, attempt, ended = after, 0, False
+        while True:
+            if run_id:
+                watch = run_pb2.WatchRunEventsRequest(run_id=run_id, last_event_id=last)
+                call = self.stub.WatchRunEvents(watch, metadata=self.metadata)
+            else:
+                assert create is not None
+                call = self.stub.CreateRunStream(create, metadata=self.metadata)
+            try:
+                async for event in call:
+                    if event.sequence <= last:
+                        continue  # a replay overlapping what we already yielded
+                    run_id, last, attempt = event.run_id, event.sequence, 0
+                    yield event
+                    if is_terminal(event):
+                        return
+                # OK before the terminal event: either the run ended and nothing is left after
+                # the cursor, or a server closed the stream early (draining on shutdown). If
+                # the run has ended, one more watch collects whatever is left; if that also
+                # ends empty, the caller has seen everything there is.
+                if ended:
+                    return
+                if run_id and await self._has_ended(run_id):
+                    ended = True
+                    continue
+                attempt = await self._backoff_or_raise(None, attempt)
+            except grpc.aio.AioRpcError as exc:
+                attempt = await self._backoff_or_raise(exc, attempt)
+            finally:
+                call.cancel()
+
+    async def _has_ended(self, run_id: str) -> bool:
+        status = (await self.get_run(run_id)).status
+        return status in (
+            common_pb2.RUN_STATUS_COMPLETED,
+            common_pb2.RUN_STATUS_FAILED,
+            common_pb2.RUN_STATUS_CANCELLED,
+        )
+
+    async def _backoff_or_raise(self, exc: grpc.aio.AioRpcError | None, attempt: int) -> int:
+        if exc is not None and exc.code() not in _RETRYABLE:
+            raise exc
+        if attempt >= self._attempts:
+            if exc is not None:
+                raise exc
+            raise ConnectionError(f"{self.address}: stream ended before the run's last event")
+        delay = min(self._backoff_max_s, self._backoff_s * 2**attempt)
+        # Jitter keeps many clients of a restarted server from reconnecting in step.
+        await asyncio.sleep(random.uniform(delay / 2, delay))
+        return attempt + 1
+
+
+def _create_request(
+    input: str,
+    session_id: str,
+    provider: str,
+    model: str,
+    metadata: str,
+    tool_choice: str,
+    client_request_id: str,
+) -> run_pb2.CreateRunRequest:
+    return run_pb2.CreateRunRequest(
+        session_id=session_id,
+        provider=common_pb2.ProviderId(value=provider),
+        model=common_pb2.ModelName(value=model),
+        input=input,
+        metadata=metadata,
+        tool_choice=tool_choice,
+        # Always sent, so that re-sending the create after a break is idempotent.
+        client_request_id=client_request_id or str(uuid.uuid4()),
+    )

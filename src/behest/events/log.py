@@ -1,0 +1,226 @@
+"""The event log: runs number their events in memory, one writer commits them in batches.
+
+A run's owner calls `RunLog.emit`, which numbers the event and queues it with any state
+writes of the same step (snapshot, run status, messages). The single writer task commits
+queued steps in one transaction per batch (group commit) and only then publishes the events:
+readers never see an event that is not durable. A step is never split across transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from behest.domain.events import Event, Payload
+from behest.events.notify import Notifier
+from behest.store.base import AppendEvent, Store, Write
+from behest.telemetry import current_trace_ids
+
+log = logging.getLogger(__name__)
+
+RECENT_PER_RUN = 4096
+RECENT_KEEP_AFTER_END_S = 30.0
+
+
+@dataclass(slots=True)
+class _Step:
+    writes: list[Write]
+    events: list[Event]
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class EventLog:
+    """Group-committing writer and the committed-events feed readers follow."""
+
+    def __init__(self, store: Store, *, batch_max: int, window_s: float, max_pending: int = 20_000):
+        self._store = store
+        self._batch_max = batch_max
+        self._window_s = window_s
+        self._max_pending = max_pending
+        self._queue: collections.deque[_Step] = collections.deque()
+        self._pending_writes = 0
+        self._has_work = asyncio.Event()
+        self._has_room = asyncio.Event()
+        self._has_room.set()
+        self._task: asyncio.Task[None] | None = None
+        self._recent: dict[str, collections.deque[Event]] = {}
+        # Runs whose step failed to commit: their later steps fail too, so no gap is ever
+        # committed, until the owner re-reads where the log ends (RunLog.resync).
+        self._broken: set[str] = set()
+        self.notifier = Notifier()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="event-log-writer")
+
+    async def stop(self) -> None:
+        """Commit everything queued, then stop the writer."""
+        if self._task is None:
+            return
+        await self.flush()
+        task, self._task = self._task, None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (or failed)."""
+        if self._queue:
+            await asyncio.gather(self._queue[-1].done, return_exceptions=True)
+
+    def open_run(self, run_id: str, *, last_sequence: int) -> RunLog:
+        """The sequencer of one run; only the run's owner may hold one."""
+        return RunLog(self, run_id, last_sequence)
+
+    async def submit(self, writes: list[Write], events: list[Event]) -> asyncio.Future[None]:
+        """Queue one step; the returned future resolves once it is committed."""
+        while self._pending_writes >= self._max_pending:
+            self._has_room.clear()
+            await self._has_room.wait()
+        step = _Step(writes, events)
+        self._queue.append(step)
+        self._pending_writes += len(writes)
+        self._has_work.set()
+        return step.done
+
+    def recent_after(self, run_id: str, after: int) -> list[Event] | None:
+        """Committed events after `after` from memory, or None if memory cannot tell."""
+        recent = self._recent.get(run_id)
+        if recent is None or not recent or recent[0].sequence > after + 1:
+            return None
+        return [e for e in recent if e.sequence > after] if recent[-1].sequence > after else []
+
+    # --- the writer -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            await self._has_work.wait()
+            if self._window_s and self._pending_writes < self._batch_max:
+                await asyncio.sleep(self._window_s)
+            batch = self._take_batch()
+            if not self._queue:
+                self._has_work.clear()
+            await self._commit(batch)
+
+    def _take_batch(self) -> list[_Step]:
+        batch: list[_Step] = []
+        count = 0
+        while self._queue and (not batch or count + len(self._queue[0].writes) <= self._batch_max):
+            step = self._queue.popleft()
+            batch.append(step)
+            count += len(step.writes)
+        self._pending_writes -= count
+        if self._pending_writes < self._max_pending:
+            self._has_room.set()
+        return batch
+
+    async def _commit(self, batch: Sequence[_Step]) -> None:
+        batch = [step for step in batch if not self._refuse_if_broken(step)]
+        if not batch:
+            return
+        try:
+            await self._store.apply([w for step in batch for w in step.writes])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if len(batch) == 1:
+                log.exception("event log commit failed")
+                self._broken.update(e.run_id for e in batch[0].events)
+                _fail(batch[0], RuntimeError("the event log could not commit this step"))
+                return
+            # Commit step by step so that one bad step fails alone.
+            for step in batch:
+                await self._commit([step])
+            return
+        for step in batch:
+            self._publish(step.events)
+            if not step.done.done():
+                step.done.set_result(None)
+
+    def _refuse_if_broken(self, step: _Step) -> bool:
+        if not self._broken.intersection(e.run_id for e in step.events):
+            return False
+        _fail(step, RuntimeError("an earlier step of this run failed to commit"))
+        return True
+
+    def mend(self, run_id: str) -> None:
+        """The run's owner has re-read where its log ends; accept its steps again."""
+        self._broken.discard(run_id)
+
+    def _publish(self, events: list[Event]) -> None:
+        for event in events:
+            recent = self._recent.get(event.run_id)
+            if recent is None:
+                recent = self._recent[event.run_id] = collections.deque(maxlen=RECENT_PER_RUN)
+            recent.append(event)
+            if event.is_terminal:
+                asyncio.get_running_loop().call_later(
+                    RECENT_KEEP_AFTER_END_S, self._recent.pop, event.run_id, None
+                )
+        for run_id in {e.run_id for e in events}:
+            self.notifier.notify(run_id)
+
+
+def _fail(step: _Step, error: Exception) -> None:
+    if not step.done.done():
+        step.done.set_exception(error)
+
+
+class RunLog:
+    """Numbers one run's events and queues them with the state writes of their step."""
+
+    def __init__(self, log: EventLog, run_id: str, last_sequence: int) -> None:
+        self._log = log
+        self.run_id = run_id
+        self.last_sequence = last_sequence
+        self.failed = False
+        self._lock = asyncio.Lock()
+        self._last_done: asyncio.Future[None] | None = None
+
+    async def emit(self, *payloads: Payload, state: Sequence[Write] = ()) -> asyncio.Future[None]:
+        """Append events (and state writes) as one atomic step; durability is not awaited."""
+        trace_id, span_id = current_trace_ids()
+        now = datetime.now(UTC)
+        async with self._lock:
+            # Numbers are taken only once the step is queued: a cancel while waiting for room
+            # in the queue leaves no gap.
+            events = [
+                Event(
+                    run_id=self.run_id,
+                    sequence=self.last_sequence + offset,
+                    payload=payload,
+                    timestamp=now,
+                    trace_id=trace_id,
+                    span_id=span_id,
+                )
+                for offset, payload in enumerate(payloads, start=1)
+            ]
+            writes: list[Write] = [AppendEvent(e) for e in events]
+            writes.extend(state)
+            done = await self._log.submit(writes, events)
+            self.last_sequence += len(events)
+        done.add_done_callback(self._check)
+        self._last_done = done
+        return done
+
+    def _check(self, done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            self.failed = True
+
+    async def resync(self, store: Store) -> None:
+        """After a failed or interrupted write, continue from where the stored log ends."""
+        await self._log.flush()
+        self.last_sequence = await store.last_sequence(self.run_id)
+        self.failed = False
+        self._last_done = None
+        self._log.mend(self.run_id)
+
+    async def durable(self) -> None:
+        """Wait until every step emitted so far is committed; raises if one failed."""
+        if self._last_done is not None:
+            await asyncio.shield(self._last_done)

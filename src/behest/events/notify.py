@@ -1,0 +1,32 @@
+"""Wakes stream readers when a run's log grows (in-process; replicas add a poll fallback)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class Notifier:
+    """One-shot wake-ups per run: take a ticket, then wait on it; `notify` fires all tickets."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, asyncio.Event] = {}
+
+    def ticket(self, run_id: str) -> asyncio.Event:
+        """Take before reading the log, so a commit between read and wait is not missed."""
+        event = self._pending.get(run_id)
+        if event is None:
+            event = self._pending[run_id] = asyncio.Event()
+        return event
+
+    def notify(self, run_id: str) -> None:
+        event = self._pending.pop(run_id, None)
+        if event is not None:
+            event.set()
+
+    @staticmethod
+    async def wait(ticket: asyncio.Event, seconds: float) -> bool:
+        """Wait for the ticket to fire (True) or for `seconds` to pass (False)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ticket.wait(), seconds)
+        return ticket.is_set()

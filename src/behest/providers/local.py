@@ -1,0 +1,253 @@
+"""The offline, deterministic `local` provider: `echo` and a JSON-scripted `script` model.
+
+`echo` answers with the text of the last user message, one word per chunk.
+
+`script` reads the last user message as `{"steps": [...]}` and plays `steps[N-1]` on the
+run's N-th model call (retries count, so an error step followed by a text step exercises a
+retry); once the steps run out it answers "done". A step's fields, all optional:
+
+    text          str     streamed one word per chunk
+    deltas        int     then that many chunks "w1 ", "w2 ", … (long runs, small input)
+    tool_calls    list    {"name": str, "arguments": object or JSON text}; ids "call_<N>_<i>"
+    delay_ms      number  pause before each delta (and before an error); cancellable
+    error         str     rate_limited | unavailable | context_overflow | bad_request,
+                          raised before any output of the step
+    retry_after_s number  the Retry-After hint of a rate_limited error
+    finish        str     stop | length | tool_calls; default tool_calls if the step has
+                          tool calls, else stop
+
+Usage is a deterministic estimate: input tokens = (characters of every request message's
+text and tool-call arguments) // 4 + 1; output tokens = the number of text chunks and
+tool-argument fragments streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from behest.domain.messages import Message, Role
+from behest.domain.runs import FinishReason, TokenUsage
+from behest.errors import (
+    ContextOverflowError,
+    InvalidArgument,
+    PermanentProviderError,
+    TransientProviderError,
+)
+from behest.providers.base import (
+    Delta,
+    Finished,
+    ModelRequest,
+    TextChunk,
+    ToolCallArguments,
+    ToolCallBegin,
+)
+
+KNOWN_MODELS = ("echo", "script")
+
+# Small enough that every tool call streams as several fragments, as real providers do.
+ARGUMENT_FRAGMENT_CHARS = 8
+
+_WORD = re.compile(r"\s*\S+\s*")
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+}
+_ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
+_STEP_FIELDS = frozenset(
+    {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish"}
+)
+_SCRIPT_SHAPE = (
+    'expected a JSON object {"steps": [{"text": "...", "tool_calls": [{"name": "...", '
+    '"arguments": {...}}], "delay_ms": 0, "error": "...", "finish": "stop"}, ...]}'
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptStep:
+    """One model call of a script."""
+
+    text: str = ""
+    deltas: int = 0
+    tool_calls: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    delay_s: float | None = None
+    error: str = ""
+    retry_after_s: float | None = None
+    finish: FinishReason | None = None
+
+
+class LocalProvider:
+    """Offline provider for tests, demos and benchmarks; never touches the network."""
+
+    name = "local"
+
+    def __init__(self, *, chunk_delay_s: float = 0.0) -> None:
+        # Default pause before each delta; a script step's delay_ms overrides it.
+        self._chunk_delay_s = chunk_delay_s
+
+    def check_model(self, model: str) -> None:
+        """Raise InvalidArgument unless `model` is one of KNOWN_MODELS."""
+        if model not in KNOWN_MODELS:
+            raise InvalidArgument(
+                f"model: unknown model {model!r} for provider {self.name!r}; "
+                f"known models: {', '.join(KNOWN_MODELS)}"
+            )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Delta]:
+        """Stream one model call's deltas; the last one is `Finished`."""
+        self.check_model(request.model)
+        last_user = _last_user_text(request.messages)
+        if request.model == "echo":
+            step = ScriptStep(text=last_user)
+        else:
+            steps = parse_script(last_user)
+            n = request.call_number
+            step = steps[n - 1] if 1 <= n <= len(steps) else ScriptStep(text="done")
+        async for delta in self._play(step, request):
+            yield delta
+
+    async def _play(self, step: ScriptStep, request: ModelRequest) -> AsyncIterator[Delta]:
+        delay = self._chunk_delay_s if step.delay_s is None else step.delay_s
+        if step.error:
+            await _pause(delay)
+            raise self._error(step)
+        output = 0
+        for chunk in split_words(step.text):
+            await _pause(delay)
+            output += 1
+            yield TextChunk(chunk)
+        for i in range(1, step.deltas + 1):
+            await _pause(delay)
+            output += 1
+            yield TextChunk(f"w{i} ")
+        for i, (name, arguments) in enumerate(step.tool_calls, start=1):
+            call_id = f"call_{request.call_number}_{i}"
+            await _pause(delay)
+            yield ToolCallBegin(call_id, name)
+            for start in range(0, len(arguments), ARGUMENT_FRAGMENT_CHARS):
+                await _pause(delay)
+                output += 1
+                yield ToolCallArguments(call_id, arguments[start : start + ARGUMENT_FRAGMENT_CHARS])
+        reason = step.finish
+        if reason is None:
+            reason = FinishReason.TOOL_CALLS if step.tool_calls else FinishReason.STOP
+        await _pause(delay)
+        yield Finished(reason, TokenUsage(_estimate_input_tokens(request.messages), output))
+
+    def _error(self, step: ScriptStep) -> Exception:
+        match step.error:
+            case "rate_limited":
+                return TransientProviderError(
+                    self.name, "rate limited (429)", retry_after=step.retry_after_s
+                )
+            case "unavailable":
+                return TransientProviderError(self.name, "unavailable (503)")
+            case "context_overflow":
+                return ContextOverflowError(self.name, "context window exceeded (scripted)")
+            case _:
+                return PermanentProviderError(self.name, "bad request (400, scripted)")
+
+
+def split_words(text: str) -> list[str]:
+    """Split text into word chunks that keep their whitespace, so they join back exactly."""
+    chunks = _WORD.findall(text)
+    if "".join(chunks) != text:
+        # Whitespace-only text has no word to hang its spaces on; send it as it is.
+        return [text] if text else []
+    return chunks
+
+
+def parse_script(text: str) -> list[ScriptStep]:
+    """Parse and validate a whole script, so a typo fails on the first call, not the Nth."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise _script_error(f"input is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise _script_error('input has no "steps" list')
+    return [_parse_step(i, raw) for i, raw in enumerate(data["steps"], start=1)]
+
+
+def _parse_step(index: int, raw: object) -> ScriptStep:
+    where = f"steps[{index - 1}]"
+    if not isinstance(raw, dict):
+        raise _script_error(f"{where} is not an object")
+    unknown = sorted(set(raw) - _STEP_FIELDS)
+    if unknown:
+        raise _script_error(f"{where} has unknown fields {unknown}")
+    text = raw.get("text", "")
+    deltas = raw.get("deltas", 0)
+    delay_ms = raw.get("delay_ms")
+    error = raw.get("error", "")
+    retry_after = raw.get("retry_after_s")
+    finish = raw.get("finish")
+    if not isinstance(text, str):
+        raise _script_error(f"{where}.text must be a string")
+    if not _is_int(deltas) or deltas < 0:
+        raise _script_error(f"{where}.deltas must be a non-negative integer")
+    if delay_ms is not None and (not _is_number(delay_ms) or delay_ms < 0):
+        raise _script_error(f"{where}.delay_ms must be a non-negative number")
+    if error and error not in _ERRORS:
+        raise _script_error(f"{where}.error must be one of {', '.join(_ERRORS)}")
+    if retry_after is not None and (not _is_number(retry_after) or retry_after < 0):
+        raise _script_error(f"{where}.retry_after_s must be a non-negative number")
+    if finish is not None and finish not in _FINISH:
+        raise _script_error(f"{where}.finish must be one of {', '.join(_FINISH)}")
+    return ScriptStep(
+        text=text,
+        deltas=deltas,
+        tool_calls=_parse_tool_calls(where, raw.get("tool_calls", [])),
+        delay_s=None if delay_ms is None else delay_ms / 1000,
+        error=error,
+        retry_after_s=None if retry_after is None else float(retry_after),
+        finish=None if finish is None else _FINISH[finish],
+    )
+
+
+def _parse_tool_calls(where: str, raw: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, list):
+        raise _script_error(f"{where}.tool_calls must be a list")
+    calls = []
+    for i, call in enumerate(raw):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise _script_error(f'{where}.tool_calls[{i}] must be {{"name": str, "arguments": …}}')
+        arguments = call.get("arguments", {})
+        # A string is sent verbatim, so a script can make the model emit invalid JSON.
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        calls.append((call["name"], arguments))
+    return tuple(calls)
+
+
+def _script_error(problem: str) -> PermanentProviderError:
+    return PermanentProviderError(LocalProvider.name, f"model 'script': {problem}; {_SCRIPT_SHAPE}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _last_user_text(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.role == Role.USER:
+            return message.text
+    return ""
+
+
+def _estimate_input_tokens(messages: list[Message]) -> int:
+    chars = sum(len(m.text) + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+    return chars // 4 + 1
+
+
+async def _pause(seconds: float) -> None:
+    # No sleep(0) at zero delay: 20,000-delta benchmarks should not pay a loop turn each.
+    if seconds > 0:
+        await asyncio.sleep(seconds)

@@ -1,0 +1,1 @@
+"""Running agent runs: the executor (ownership, cancel, shutdown), the loop, the streams."""

@@ -1,0 +1,243 @@
+"""The run executor: owns every run task of this process, from creation to terminal event.
+
+Only the executor writes terminal events. It tells a user's cancel (RunCancelled) from a
+shutdown (the run is left as it is, resumable from its snapshot) and from a failure (RunFailed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from opentelemetry import trace
+
+from behest.domain import events as ev
+from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.errors import (
+    BehestError,
+    FailedPrecondition,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+from behest.events.log import EventLog, RunLog
+from behest.providers.registry import ProviderRegistry
+from behest.runs.loop import AgentLoop, LoopLimits, Outcome
+from behest.store.base import AppendEvent, DeleteSnapshot, Store, UpdateRun, Write
+from behest.telemetry import context_from_traceparent, current_trace_ids, traceparent_of, tracer
+from behest.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IDENTITY = "default"
+CANCEL_WAIT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Terminal:
+    payload: ev.RunCompleted | ev.RunFailed | ev.RunCancelled
+    status: RunStatus
+    finish_reason: FinishReason = FinishReason.UNSPECIFIED
+    error: str = ""
+
+
+class Executor:
+    """Starts, cancels, drains and recovers runs; one asyncio task per run."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        event_log: EventLog,
+        providers: ProviderRegistry,
+        tools: ToolRegistry,
+        limits: LoopLimits,
+        max_concurrent_runs: int,
+    ) -> None:
+        self._store = store
+        self._log = event_log
+        self._providers = providers
+        self._tools = tools
+        self._limits = limits
+        self._max_runs = max_concurrent_runs
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancel_requested: set[str] = set()
+        self._accepting = True
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._tasks)
+
+    async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
+        """Create a run (or find the one its client_request_id names) and start it."""
+        self._providers.check(request.provider, request.model)
+        if not self._accepting:
+            raise Unavailable("the server is shutting down and takes no new runs")
+        if len(self._tasks) >= self._max_runs:
+            raise ResourceExhausted(
+                f"too many active runs ({self._max_runs}); retry when some have finished"
+            )
+        run_id = str(uuid.uuid4())
+        span = tracer().start_span(
+            "behest.run",
+            context=context_from_traceparent(traceparent),
+            attributes={"behest.run_id": run_id},
+        )
+        created = await self._store.create_run(
+            request,
+            run_id=run_id,
+            identity=DEFAULT_IDENTITY,
+            now=datetime.now(UTC),
+            traceparent=traceparent_of(span),
+        )
+        if created.created:
+            span.set_attribute("behest.session_id", created.run.session_id)
+            self._start(created.run, span, last_sequence=0)
+        else:
+            span.end()
+        return created
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel an active run; returns once RunCancelled is durable."""
+        run = await self._store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        task = self._tasks.get(run_id)
+        if run.status.is_terminal:
+            raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
+        if task is None:
+            await self._end_unowned(run, _Terminal(ev.RunCancelled(), RunStatus.CANCELLED))
+            return
+        self._cancel_requested.add(run_id)
+        task.cancel()
+        await asyncio.wait([task], timeout=CANCEL_WAIT_S)
+
+    async def abandon(self, run_id: str) -> None:
+        """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""
+        if run_id in self._tasks:
+            raise FailedPrecondition(f"run {run_id} is executing; cancel it with CancelRun instead")
+        run = await self._store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        if run.status.is_terminal:
+            raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
+        reason = "abandoned: its snapshot was deleted while the run was interrupted"
+        await self._end_unowned(
+            run, _Terminal(ev.RunFailed(reason), RunStatus.FAILED, error=reason)
+        )
+
+    async def recover(self) -> None:
+        """End runs an earlier process left unfinished (resuming them is not built yet)."""
+        reason = "interrupted: the server stopped before the run finished"
+        for run in await self._store.unfinished_runs():
+            if run.id not in self._tasks:
+                await self._end_unowned(
+                    run, _Terminal(ev.RunFailed(reason), RunStatus.FAILED, error=reason)
+                )
+                log.warning("run %s was interrupted by a server stop; marked failed", run.id)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop taking runs, give running ones `grace_s` to finish, then cancel the rest."""
+        self._accepting = False
+        tasks = list(self._tasks.values())
+        if tasks and grace_s > 0:
+            await asyncio.wait(tasks, timeout=grace_s)
+        for task in self._tasks.values():
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks.values()), timeout=CANCEL_WAIT_S)
+
+    # --- one run ----------------------------------------------------------------------
+
+    def _start(self, run: Run, span: trace.Span, *, last_sequence: int) -> None:
+        run_log = self._log.open_run(run.id, last_sequence=last_sequence)
+        task = asyncio.create_task(self._drive(run, run_log, span), name=f"run-{run.id}")
+        self._tasks[run.id] = task
+
+    async def _drive(self, run: Run, run_log: RunLog, span: trace.Span) -> None:
+        try:
+            with trace.use_span(span, end_on_exit=True):
+                loop = AgentLoop(
+                    run=run,
+                    log=run_log,
+                    store=self._store,
+                    provider=self._providers.get(run.provider),
+                    tools=self._tools,
+                    limits=self._limits,
+                )
+                terminal = await self._outcome(run, loop)
+                if terminal is None:
+                    return  # shutdown: the run stays resumable
+                await self._finish(run, run_log, terminal, loop)
+        finally:
+            self._tasks.pop(run.id, None)
+            self._cancel_requested.discard(run.id)
+
+    async def _outcome(self, run: Run, loop: AgentLoop) -> _Terminal | None:
+        try:
+            outcome: Outcome = await loop.run()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if run.id not in self._cancel_requested:
+                return None
+            if task is not None:
+                task.uncancel()
+            return _Terminal(ev.RunCancelled(), RunStatus.CANCELLED)
+        except BehestError as exc:
+            return _Terminal(ev.RunFailed(str(exc)), RunStatus.FAILED, error=str(exc))
+        except Exception:
+            trace_id, _ = current_trace_ids()
+            log.exception("run %s crashed", run.id)
+            message = f"internal error (trace id {trace_id})"
+            return _Terminal(ev.RunFailed(message), RunStatus.FAILED, error=message)
+        return _Terminal(
+            ev.RunCompleted(outcome.finish_reason, outcome.iterations),
+            RunStatus.COMPLETED,
+            finish_reason=outcome.finish_reason,
+        )
+
+    async def _finish(
+        self, run: Run, run_log: RunLog, terminal: _Terminal, loop: AgentLoop
+    ) -> None:
+        """Write the terminal event with the final status, and wait until it is durable."""
+        if run_log.failed:
+            await run_log.resync(self._store)
+        writes = _terminal_state(run.id, terminal, loop.iteration, loop.usage)
+        done = await run_log.emit(terminal.payload, state=writes)
+        await asyncio.shield(done)
+
+    async def _end_unowned(self, run: Run, terminal: _Terminal) -> None:
+        """Write the terminal event of a run no task of this process owns."""
+        with tracer().start_as_current_span(
+            "behest.run.end", context=context_from_traceparent(run.traceparent)
+        ):
+            trace_id, span_id = current_trace_ids()
+        event = ev.Event(
+            run_id=run.id,
+            sequence=await self._store.last_sequence(run.id) + 1,
+            payload=terminal.payload,
+            timestamp=datetime.now(UTC),
+            trace_id=trace_id,
+            span_id=span_id,
+        )
+        writes = [AppendEvent(event), *_terminal_state(run.id, terminal, run.iterations, run.usage)]
+        await asyncio.shield(await self._log.submit(writes, [event]))
+
+
+def _terminal_state(
+    run_id: str, terminal: _Terminal, iterations: int, usage: TokenUsage
+) -> list[Write]:
+    return [
+        UpdateRun(
+            run_id=run_id,
+            status=terminal.status,
+            iterations=iterations,
+            usage=usage,
+            finish_reason=terminal.finish_reason,
+            error=terminal.error,
+        ),
+        DeleteSnapshot(run_id),
+    ]

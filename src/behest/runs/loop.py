@@ -1,0 +1,273 @@
+"""The agent loop of one run, as explicit RunStatus states, talking only to ports.
+
+Each state boundary is one step of the event log: its events, the run's status and the
+snapshot commit together. Terminal events are the executor's job, not the loop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from behest.domain import events as ev
+from behest.domain.messages import Message, Role, ToolCall
+from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.snapshots import Snapshot
+from behest.errors import FailedPrecondition, TransientProviderError
+from behest.events.log import RunLog
+from behest.providers.base import (
+    Finished,
+    ModelRequest,
+    Provider,
+    TextChunk,
+    ToolCallArguments,
+    ToolCallBegin,
+)
+from behest.store.base import AppendMessage, PutSnapshot, Store, UpdateRun, Write
+from behest.telemetry import tracer
+from behest.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopLimits:
+    """The loop's knobs (from Settings)."""
+
+    max_iterations: int = 10
+    provider_timeout_s: float = 60.0
+    provider_max_attempts: int = 4
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run that did not fail ended."""
+
+    finish_reason: FinishReason
+    iterations: int
+    usage: TokenUsage
+
+
+@dataclass(slots=True)
+class _Answer:
+    text: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: FinishReason = FinishReason.UNKNOWN
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+class AgentLoop:
+    """Drives one run from its input to a final answer."""
+
+    def __init__(
+        self,
+        *,
+        run: Run,
+        log: RunLog,
+        store: Store,
+        provider: Provider,
+        tools: ToolRegistry,
+        limits: LoopLimits,
+    ) -> None:
+        self._run = run
+        self._log = log
+        self._store = store
+        self._transcript: list[Message] = []
+        self._provider = provider
+        self._tools = tools
+        self._limits = limits
+        self.iteration = 0
+        self.model_calls = 0
+        self.usage = TokenUsage()
+
+    async def run(self) -> Outcome:
+        await self._start()
+        while True:
+            if self.iteration >= self._limits.max_iterations:
+                raise FailedPrecondition(
+                    f"max iterations reached: the model still wanted tools after "
+                    f"{self._limits.max_iterations} iterations"
+                )
+            self.iteration += 1
+            await self._log.emit(
+                ev.ContextBuilt(len(self._transcript)),
+                state=self._state(RunStatus.BUILDING_CONTEXT),
+            )
+            answer = await self._call_model()
+            message = self._message(Role.ASSISTANT, answer.text, tool_calls=tuple(answer.calls))
+            self.usage += answer.usage
+            await self._log.emit(
+                ev.AssistantMessageCommitted(message.id),
+                ev.UsageRecorded(answer.usage),
+                state=[AppendMessage(message), *self._state(RunStatus.PERSISTING)],
+            )
+            if not answer.calls:
+                return Outcome(answer.finish_reason, self.iteration, self.usage)
+            for call in answer.calls:
+                await self._execute(call)
+
+    async def _start(self) -> None:
+        self._transcript = await self._store.session_messages(self._run.session_id)
+        user = self._message(Role.USER, self._run.input)
+        await self._log.emit(
+            ev.RunStarted(self._run.session_id, self._run.provider, self._run.model),
+            state=[AppendMessage(user), *self._state(RunStatus.SESSION_LOADED)],
+        )
+
+    # --- model calls ------------------------------------------------------------------
+
+    async def _call_model(self) -> _Answer:
+        attempt = 0
+        while True:
+            attempt += 1
+            self.model_calls += 1
+            await self._log.emit(
+                ev.ModelStarted(self._run.provider, self._run.model, self.iteration),
+                state=self._state(RunStatus.CALLING_MODEL),
+            )
+            try:
+                with tracer().start_as_current_span(
+                    "behest.model_call",
+                    attributes={
+                        "behest.provider": self._run.provider,
+                        "behest.model": self._run.model,
+                        "behest.iteration": self.iteration,
+                        "behest.attempt": attempt,
+                    },
+                ):
+                    return await self._stream_answer()
+            except TransientProviderError as exc:
+                if attempt >= self._limits.provider_max_attempts:
+                    raise TransientProviderError(
+                        exc.provider, f"{_reason(exc)}; gave up after {attempt} attempts"
+                    ) from exc
+                await asyncio.sleep(self._backoff(attempt, exc.retry_after))
+
+    async def _stream_answer(self) -> _Answer:
+        request = ModelRequest(
+            model=self._run.model,
+            messages=list(self._transcript),
+            tools=self._tools.definitions() if self._run.tool_choice != "none" else [],
+            tool_choice=self._run.tool_choice,
+            call_number=self.model_calls,
+        )
+        answer = _Answer()
+        text: list[str] = []
+        open_calls: dict[str, list[str]] = {}
+        names: dict[str, str] = {}
+        idle = self._limits.provider_timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(idle) as deadline:
+                async for delta in self._provider.stream(request):
+                    deadline.reschedule(loop.time() + idle)
+                    match delta:
+                        case TextChunk(chunk):
+                            text.append(chunk)
+                            await self._log.emit(ev.TextDelta(chunk))
+                        case ToolCallBegin(call_id, name):
+                            await self._complete_calls(open_calls, names, answer)
+                            open_calls[call_id] = []
+                            names[call_id] = name
+                            await self._log.emit(ev.ToolCallStarted(call_id, name))
+                        case ToolCallArguments(call_id, fragment):
+                            open_calls.setdefault(call_id, []).append(fragment)
+                            await self._log.emit(ev.ToolCallDelta(call_id, fragment))
+                        case Finished(reason, usage):
+                            answer.finish_reason, answer.usage = reason, usage
+        except TimeoutError:
+            raise TransientProviderError(
+                self._run.provider, f"no output for {idle:g} s (timed out)"
+            ) from None
+        await self._complete_calls(open_calls, names, answer)
+        answer.text = "".join(text)
+        return answer
+
+    async def _complete_calls(
+        self, open_calls: dict[str, list[str]], names: dict[str, str], answer: _Answer
+    ) -> None:
+        for call_id, fragments in open_calls.items():
+            call = ToolCall(call_id, names.get(call_id, ""), "".join(fragments) or "{}")
+            answer.calls.append(call)
+            await self._log.emit(ev.ToolCallCompleted(call))
+        open_calls.clear()
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        delay = min(self._limits.backoff_max_s, self._limits.backoff_initial_s * 2 ** (attempt - 1))
+        delay *= random.uniform(0.5, 1.0)
+        return max(delay, retry_after or 0.0)
+
+    # --- tools ------------------------------------------------------------------------
+
+    async def _execute(self, call: ToolCall) -> None:
+        started = await self._log.emit(
+            ev.ToolExecutionStarted(call.id, call.name),
+            state=self._state(RunStatus.WAITING_FOR_TOOLS, pending=(call.id,)),
+        )
+        # A tool may have side effects: it runs only once its start is durable.
+        await asyncio.shield(started)
+        began = time.monotonic()
+        with tracer().start_as_current_span(
+            "behest.tool", attributes={"behest.tool": call.name, "behest.call_id": call.id}
+        ):
+            result = await self._tools.execute(call)
+            duration_ms = int((time.monotonic() - began) * 1000)
+            message = self._message(
+                Role.TOOL,
+                result.text,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                is_error=result.is_error,
+            )
+            await self._log.emit(
+                ev.ToolExecutionFinished(call.id, call.name, duration_ms),
+                ev.ToolMessageCommitted(message.id),
+                state=[AppendMessage(message), *self._state(RunStatus.WAITING_FOR_TOOLS)],
+            )
+
+    # --- bookkeeping ------------------------------------------------------------------
+
+    def _message(self, role: Role, text: str, **fields: object) -> Message:
+        position = self._transcript[-1].position + 1 if self._transcript else 0
+        message = Message(
+            id=str(uuid.uuid4()),
+            session_id=self._run.session_id,
+            run_id=self._run.id,
+            position=position,
+            role=role,
+            text=text,
+            created_at=datetime.now(UTC),
+            **fields,  # type: ignore[arg-type]
+        )
+        self._transcript.append(message)
+        return message
+
+    def _state(self, status: RunStatus, *, pending: tuple[str, ...] = ()) -> list[Write]:
+        now = datetime.now(UTC)
+        return [
+            UpdateRun(
+                run_id=self._run.id, status=status, iterations=self.iteration, usage=self.usage
+            ),
+            PutSnapshot(
+                Snapshot(
+                    run_id=self._run.id,
+                    session_id=self._run.session_id,
+                    status=status,
+                    iteration=self.iteration,
+                    usage=self.usage,
+                    updated_at=now,
+                    model_calls=self.model_calls,
+                    pending_tool_calls=pending,
+                )
+            ),
+        ]
+
+
+def _reason(exc: TransientProviderError) -> str:
+    prefix = f"provider {exc.provider!r}: "
+    text = str(exc)
+    return text[len(prefix) :] if text.startswith(prefix) else text

@@ -1,0 +1,92 @@
+"""What the API asks of runs, in domain terms: one method per RPC."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.domain.events import Event
+from behest.domain.messages import Role
+from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
+from behest.domain.snapshots import Snapshot
+from behest.errors import FailedPrecondition, InvalidArgument, NotFound
+from behest.events.log import EventLog
+from behest.runs.executor import Executor
+from behest.runs.stream import follow
+from behest.store.base import Store
+
+
+class RunService:
+    """Runs, snapshots and compaction settings, over the executor, the store and the log."""
+
+    def __init__(self, *, store: Store, event_log: EventLog, executor: Executor) -> None:
+        self._store = store
+        self._log = event_log
+        self._executor = executor
+
+    async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
+        return await self._executor.create(request, traceparent=traceparent)
+
+    async def create_and_follow(
+        self, request: RunRequest, *, traceparent: str = ""
+    ) -> AsyncIterator[Event]:
+        created = await self._executor.create(request, traceparent=traceparent)
+        async for event in follow(self._store, self._log, created.run.id, after=0):
+            yield event
+
+    def watch(self, run_id: str, *, after: int) -> AsyncIterator[Event]:
+        return follow(self._store, self._log, run_id, after=after)
+
+    async def get(self, run_id: str) -> Run:
+        run = await self._store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        return run
+
+    async def list_runs(
+        self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
+    ) -> list[Run]:
+        return await self._store.list_runs(
+            session_id=session_id, status=status, limit=limit, offset=offset
+        )
+
+    async def output(self, run_id: str) -> RunOutput:
+        run = await self.get(run_id)
+        if not run.status.is_terminal:
+            raise FailedPrecondition(
+                f"run {run_id} is still {run.status.name}; its output is ready once it ends"
+            )
+        messages = [m for m in await self._store.run_messages(run_id) if m.role == Role.ASSISTANT]
+        return RunOutput(run=run, messages=messages)
+
+    async def cancel(self, run_id: str) -> None:
+        await self._executor.cancel(run_id)
+
+    # --- snapshots ----------------------------------------------------------------------
+
+    async def snapshots(self) -> list[Snapshot]:
+        return await self._store.list_snapshots()
+
+    async def snapshot(self, run_id: str) -> Snapshot:
+        found = await self._store.get_snapshot(run_id)
+        if found is None:
+            raise NotFound(f"no snapshot for run {run_id} (it has ended, or never existed)")
+        return found
+
+    async def delete_snapshot(self, run_id: str) -> None:
+        await self.snapshot(run_id)
+        await self._executor.abandon(run_id)
+
+    # --- compaction settings --------------------------------------------------------------
+
+    async def compaction_config(self) -> CompactionConfig:
+        return await self._store.get_compaction_config()
+
+    async def update_compaction_config(self, config: CompactionConfig) -> None:
+        problems = config.problems()
+        if problems:
+            raise InvalidArgument("; ".join(problems))
+        await self._store.put_compaction_config(config)
+
+    async def circuit_breaker(self) -> CircuitBreakerState:
+        return await self._store.get_circuit_breaker()

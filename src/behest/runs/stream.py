@@ -1,0 +1,62 @@
+"""Follow a run's event log from a cursor: backfill from the store, then tail live commits.
+
+A reader takes a wake-up ticket before each read, so a commit between its read and its wait
+is never missed; it skips anything at or below the last sequence it sent. Readers only read:
+a reader going away never touches the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from behest.domain.events import Event
+from behest.errors import NotFound, OutOfRange
+from behest.events.log import EventLog
+from behest.store.base import Store
+
+PAGE = 500
+# Commits by another process (a replica, or before a restart) are seen by polling this often.
+POLL_S = 1.0
+
+
+async def follow(
+    store: Store, event_log: EventLog, run_id: str, *, after: int
+) -> AsyncIterator[Event]:
+    """Every event of `run_id` with sequence > `after`, live, ending after the terminal one."""
+    if await _ended_at(store, run_id, after):
+        return
+    last = after
+    while True:
+        ticket = event_log.notifier.ticket(run_id)
+        events = event_log.recent_after(run_id, last)
+        if events is None:
+            events = await store.read_events(run_id, after=last, limit=PAGE)
+        for event in events:
+            if event.sequence <= last:
+                continue
+            yield event
+            last = event.sequence
+            if event.is_terminal:
+                return
+        if len(events) >= PAGE:
+            continue
+        if not events and not await event_log.notifier.wait(ticket, POLL_S):
+            # Quiet for a while: the run may have ended in another process.
+            if await _ended_at(store, run_id, last):
+                return
+
+
+async def _ended_at(store: Store, run_id: str, cursor: int) -> bool:
+    """True if the run has ended and nothing is left after `cursor`; raises for a bad cursor."""
+    run = await store.get_run(run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    if not run.status.is_terminal:
+        return False
+    end = await store.last_sequence(run_id)
+    if cursor > end:
+        raise OutOfRange(
+            f"last_event_id {cursor} is beyond the last event ({end}) of run {run_id}, "
+            "which has ended"
+        )
+    return cursor == end

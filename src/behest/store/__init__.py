@@ -1,0 +1,1 @@
+"""Persistence behind one protocol; `store.sql` implements it for SQLite and PostgreSQL."""

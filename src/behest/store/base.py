@@ -1,0 +1,101 @@
+"""The Store protocol and the writes the event log commits together in one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.domain.events import Event
+from behest.domain.messages import Message
+from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.snapshots import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEvent:
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMessage:
+    message: Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateRun:
+    """Sets the run's progress; a terminal status also frees its session."""
+
+    run_id: str
+    status: RunStatus
+    iterations: int
+    usage: TokenUsage
+    finish_reason: FinishReason = FinishReason.UNSPECIFIED
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PutSnapshot:
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSnapshot:
+    run_id: str
+
+
+Write = AppendEvent | AppendMessage | UpdateRun | PutSnapshot | DeleteSnapshot
+
+
+class Store(Protocol):
+    """Sessions, messages, runs, events, snapshots, idempotency keys and compaction state."""
+
+    async def start(self) -> None:
+        """Connect and bring the schema up to date."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def create_run(
+        self, request: RunRequest, *, run_id: str, identity: str, now: datetime, traceparent: str
+    ) -> CreatedRun:
+        """Create the run (and its session if none is given) or return the one its key names.
+
+        Raises NotFound (session), Aborted (session busy), AlreadyExists (key reused).
+        """
+        ...
+
+    async def apply(self, writes: list[Write]) -> None:
+        """Commit all writes in one transaction, in order."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run | None: ...
+
+    async def list_runs(
+        self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
+    ) -> list[Run]: ...
+
+    async def unfinished_runs(self) -> list[Run]:
+        """Runs not in a terminal status, oldest first."""
+        ...
+
+    async def read_events(self, run_id: str, *, after: int, limit: int) -> list[Event]:
+        """Events with sequence > after, in order, at most `limit`."""
+        ...
+
+    async def last_sequence(self, run_id: str) -> int: ...
+
+    async def session_messages(self, session_id: str) -> list[Message]: ...
+
+    async def run_messages(self, run_id: str) -> list[Message]: ...
+
+    async def list_snapshots(self) -> list[Snapshot]: ...
+
+    async def get_snapshot(self, run_id: str) -> Snapshot | None: ...
+
+    async def get_compaction_config(self) -> CompactionConfig: ...
+
+    async def put_compaction_config(self, config: CompactionConfig) -> None: ...
+
+    async def get_circuit_breaker(self) -> CircuitBreakerState: ...

@@ -1,0 +1,1 @@
+"""The SQLAlchemy store: SQLite (aiosqlite) by default, PostgreSQL (asyncpg) for replicas."""

@@ -1,0 +1,125 @@
+"""Rows ⇄ domain objects for the SQL store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from behest.domain.events import Event
+from behest.domain.messages import Message, Role, ToolCall
+from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.snapshots import Snapshot
+from behest.events import codec
+
+
+def utc(value: datetime) -> datetime:
+    """SQLite returns naive datetimes; everything behest stores is UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def run_from_row(row: Any) -> Run:
+    return Run(
+        id=row.id,
+        session_id=row.session_id,
+        status=RunStatus(row.status),
+        provider=row.provider,
+        model=row.model,
+        input=row.input,
+        metadata=row.metadata,
+        tool_choice=row.tool_choice,
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
+        iterations=row.iterations,
+        finish_reason=FinishReason(row.finish_reason),
+        usage=TokenUsage(row.input_tokens, row.output_tokens),
+        error=row.error,
+        traceparent=row.traceparent,
+    )
+
+
+def event_to_row(event: Event) -> dict[str, Any]:
+    kind, payload = codec.encode(event.payload)
+    return {
+        "run_id": event.run_id,
+        "sequence": event.sequence,
+        "kind": kind,
+        "payload": payload,
+        "created_at": event.timestamp,
+        "trace_id": event.trace_id,
+        "span_id": event.span_id,
+    }
+
+
+def event_from_row(row: Any) -> Event:
+    return Event(
+        run_id=row.run_id,
+        sequence=row.sequence,
+        payload=codec.decode(row.kind, row.payload),
+        timestamp=utc(row.created_at),
+        trace_id=row.trace_id,
+        span_id=row.span_id,
+    )
+
+
+def message_to_row(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "session_id": message.session_id,
+        "run_id": message.run_id,
+        "position": message.position,
+        "role": message.role.value,
+        "text": message.text,
+        "tool_calls": json.dumps([[c.id, c.name, c.arguments] for c in message.tool_calls]),
+        "tool_call_id": message.tool_call_id,
+        "tool_name": message.tool_name,
+        "is_error": message.is_error,
+        "created_at": message.created_at,
+    }
+
+
+def message_from_row(row: Any) -> Message:
+    return Message(
+        id=row.id,
+        session_id=row.session_id,
+        run_id=row.run_id,
+        position=row.position,
+        role=Role(row.role),
+        text=row.text,
+        tool_calls=tuple(ToolCall(*call) for call in json.loads(row.tool_calls)),
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
+        is_error=bool(row.is_error),
+        created_at=utc(row.created_at),
+    )
+
+
+def snapshot_to_row(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "run_id": snapshot.run_id,
+        "session_id": snapshot.session_id,
+        "status": int(snapshot.status),
+        "iteration": snapshot.iteration,
+        "input_tokens": snapshot.usage.input_tokens,
+        "output_tokens": snapshot.usage.output_tokens,
+        "model_calls": snapshot.model_calls,
+        "pending_tool_calls": json.dumps(list(snapshot.pending_tool_calls)),
+        "updated_at": snapshot.updated_at,
+    }
+
+
+def snapshot_from_row(row: Any) -> Snapshot:
+    return Snapshot(
+        run_id=row.run_id,
+        session_id=row.session_id,
+        status=RunStatus(row.status),
+        iteration=row.iteration,
+        usage=TokenUsage(row.input_tokens, row.output_tokens),
+        model_calls=row.model_calls,
+        pending_tool_calls=tuple(json.loads(row.pending_tool_calls)),
+        updated_at=utc(row.updated_at),
+    )
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,356 @@
+"""SqlStore: the Store protocol over SQLAlchemy Core, for SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.domain.events import Event
+from behest.domain.messages import Message
+from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus
+from behest.domain.snapshots import Snapshot
+from behest.errors import Aborted, AlreadyExists, NotFound
+from behest.store.base import (
+    AppendEvent,
+    AppendMessage,
+    DeleteSnapshot,
+    PutSnapshot,
+    UpdateRun,
+    Write,
+)
+from behest.store.sql import rows
+from behest.store.sql import tables as t
+from behest.store.sql.engine import Engines, create_engines
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
+# Serialises concurrent migrations of several replicas on PostgreSQL.
+MIGRATION_LOCK_KEY = 0x6265_6865_7374
+
+
+class SqlStore:
+    """Sessions, runs, events, messages, snapshots and compaction state in one database."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._engines: Engines | None = None
+
+    @property
+    def engines(self) -> Engines:
+        assert self._engines is not None, "SqlStore.start() was not called"
+        return self._engines
+
+    async def start(self) -> None:
+        if self._engines is None:
+            self._engines = create_engines(self._url)
+            async with self.engines.writer.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    await conn.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY}
+                    )
+                await conn.run_sync(_upgrade)
+
+    async def close(self) -> None:
+        if self._engines is not None:
+            engines, self._engines = self._engines, None
+            await engines.dispose()
+
+    # --- runs -------------------------------------------------------------------------
+
+    async def create_run(
+        self, request: RunRequest, *, run_id: str, identity: str, now: datetime, traceparent: str
+    ) -> CreatedRun:
+        for attempt in range(3):
+            try:
+                async with self.engines.writer.begin() as conn:
+                    return await self._create_run(
+                        conn,
+                        request,
+                        run_id=run_id,
+                        identity=identity,
+                        now=now,
+                        traceparent=traceparent,
+                    )
+            except IntegrityError:
+                # A racing request with the same key committed first: the retry finds its run.
+                if attempt == 2 or not request.client_request_id:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _create_run(
+        self,
+        conn: AsyncConnection,
+        request: RunRequest,
+        *,
+        run_id: str,
+        identity: str,
+        now: datetime,
+        traceparent: str,
+    ) -> CreatedRun:
+        key = request.client_request_id
+        fingerprint = request.fingerprint()
+        if key:
+            found = (
+                await conn.execute(
+                    sa.select(t.idempotency_keys).where(
+                        t.idempotency_keys.c.identity == identity, t.idempotency_keys.c.key == key
+                    )
+                )
+            ).first()
+            if found is not None:
+                if found.fingerprint != fingerprint:
+                    raise AlreadyExists(
+                        f"client_request_id {key!r} was already used for run {found.run_id} "
+                        "with a different request"
+                    )
+                existing = await self._get_run(conn, found.run_id)
+                assert existing is not None
+                return CreatedRun(existing, created=False)
+            # Inserted first so that a racing twin blocks here and then finds this run.
+            await conn.execute(
+                sa.insert(t.idempotency_keys).values(
+                    identity=identity,
+                    key=key,
+                    fingerprint=fingerprint,
+                    run_id=run_id,
+                    created_at=now,
+                )
+            )
+        session_id = request.session_id
+        if session_id:
+            session = (
+                await conn.execute(sa.select(t.sessions).where(t.sessions.c.id == session_id))
+            ).first()
+            if session is None:
+                raise NotFound(f"session {session_id} not found")
+            claimed = await conn.execute(
+                sa.update(t.sessions)
+                .where(t.sessions.c.id == session_id, t.sessions.c.active_run_id.is_(None))
+                .values(active_run_id=run_id, updated_at=now)
+            )
+            if claimed.rowcount != 1:
+                raise Aborted(
+                    f"session {session_id} already has an active run {session.active_run_id}; "
+                    "wait for it to end or cancel it"
+                )
+        else:
+            session_id = str(uuid.uuid4())
+            await conn.execute(
+                sa.insert(t.sessions).values(
+                    id=session_id, created_at=now, updated_at=now, active_run_id=run_id
+                )
+            )
+        values: dict[str, Any] = {
+            "id": run_id,
+            "session_id": session_id,
+            "status": int(RunStatus.PENDING),
+            "provider": request.provider,
+            "model": request.model,
+            "input": request.input,
+            "metadata": request.metadata,
+            "tool_choice": request.tool_choice,
+            "created_at": now,
+            "updated_at": now,
+            "iterations": 0,
+            "finish_reason": int(FinishReason.UNSPECIFIED),
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "error": "",
+            "traceparent": traceparent,
+        }
+        await conn.execute(sa.insert(t.runs).values(**values))
+        run = await self._get_run(conn, run_id)
+        assert run is not None
+        return CreatedRun(run, created=True)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        async with self.engines.reader.connect() as conn:
+            return await self._get_run(conn, run_id)
+
+    async def _get_run(self, conn: AsyncConnection, run_id: str) -> Run | None:
+        row = (await conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id))).first()
+        return None if row is None else rows.run_from_row(row)
+
+    async def list_runs(
+        self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
+    ) -> list[Run]:
+        query = sa.select(t.runs)
+        if session_id:
+            query = query.where(t.runs.c.session_id == session_id)
+        if status is not None:
+            query = query.where(t.runs.c.status == int(status))
+        query = query.order_by(t.runs.c.created_at.desc(), t.runs.c.id.desc())
+        async with self.engines.reader.connect() as conn:
+            result = await conn.execute(query.limit(limit).offset(offset))
+            return [rows.run_from_row(row) for row in result]
+
+    async def unfinished_runs(self) -> list[Run]:
+        query = (
+            sa.select(t.runs)
+            .where(t.runs.c.status.not_in(TERMINAL))
+            .order_by(t.runs.c.created_at, t.runs.c.id)
+        )
+        async with self.engines.reader.connect() as conn:
+            return [rows.run_from_row(row) for row in await conn.execute(query)]
+
+    # --- the event log's writes ----------------------------------------------------------
+
+    async def apply(self, writes: list[Write]) -> None:
+        events: list[dict[str, Any]] = []
+        messages: list[dict[str, Any]] = []
+        run_updates: dict[str, UpdateRun] = {}
+        snapshots: dict[str, Snapshot | None] = {}
+        for write in writes:
+            match write:
+                case AppendEvent(event):
+                    events.append(rows.event_to_row(event))
+                case AppendMessage(message):
+                    messages.append(rows.message_to_row(message))
+                case UpdateRun():
+                    run_updates[write.run_id] = write
+                case PutSnapshot(saved):
+                    snapshots[saved.run_id] = saved
+                case DeleteSnapshot(run_id):
+                    snapshots[run_id] = None
+        async with self.engines.writer.begin() as conn:
+            if messages:
+                await conn.execute(sa.insert(t.messages), messages)
+            if events:
+                await conn.execute(sa.insert(t.events), events)
+            for update in run_updates.values():
+                await self._update_run(conn, update)
+            for run_id, snapshot in snapshots.items():
+                await self._put_snapshot(conn, run_id, snapshot)
+
+    async def _update_run(self, conn: AsyncConnection, update: UpdateRun) -> None:
+        now = rows.now()
+        await conn.execute(
+            sa.update(t.runs)
+            .where(t.runs.c.id == update.run_id, t.runs.c.status.not_in(TERMINAL))
+            .values(
+                status=int(update.status),
+                iterations=update.iterations,
+                input_tokens=update.usage.input_tokens,
+                output_tokens=update.usage.output_tokens,
+                finish_reason=int(update.finish_reason),
+                error=update.error,
+                updated_at=now,
+            )
+        )
+        if update.status.is_terminal:
+            await conn.execute(
+                sa.update(t.sessions)
+                .where(t.sessions.c.active_run_id == update.run_id)
+                .values(active_run_id=None, updated_at=now)
+            )
+
+    async def _put_snapshot(
+        self, conn: AsyncConnection, run_id: str, snapshot: Snapshot | None
+    ) -> None:
+        if snapshot is None:
+            await conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id == run_id))
+            return
+        row = rows.snapshot_to_row(snapshot)
+        await conn.execute(self._upsert(t.snapshots, row, key="run_id"))
+
+    def _upsert(self, table: sa.Table, row: dict[str, Any], *, key: str) -> Any:
+        dialect = postgresql if self.engines.writer.dialect.name == "postgresql" else sqlite
+        insert = dialect.insert(table).values(**row)
+        changed = {name: value for name, value in row.items() if name != key}
+        return insert.on_conflict_do_update(index_elements=[key], set_=changed)
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def read_events(self, run_id: str, *, after: int, limit: int) -> list[Event]:
+        query = (
+            sa.select(t.events)
+            .where(t.events.c.run_id == run_id, t.events.c.sequence > after)
+            .order_by(t.events.c.sequence)
+            .limit(limit)
+        )
+        async with self.engines.reader.connect() as conn:
+            return [rows.event_from_row(row) for row in await conn.execute(query)]
+
+    async def last_sequence(self, run_id: str) -> int:
+        query = sa.select(sa.func.max(t.events.c.sequence)).where(t.events.c.run_id == run_id)
+        async with self.engines.reader.connect() as conn:
+            return int((await conn.execute(query)).scalar() or 0)
+
+    async def session_messages(self, session_id: str) -> list[Message]:
+        query = (
+            sa.select(t.messages)
+            .where(t.messages.c.session_id == session_id)
+            .order_by(t.messages.c.position)
+        )
+        async with self.engines.reader.connect() as conn:
+            return [rows.message_from_row(row) for row in await conn.execute(query)]
+
+    async def run_messages(self, run_id: str) -> list[Message]:
+        query = (
+            sa.select(t.messages)
+            .where(t.messages.c.run_id == run_id)
+            .order_by(t.messages.c.position)
+        )
+        async with self.engines.reader.connect() as conn:
+            return [rows.message_from_row(row) for row in await conn.execute(query)]
+
+    async def list_snapshots(self) -> list[Snapshot]:
+        query = sa.select(t.snapshots).order_by(t.snapshots.c.updated_at, t.snapshots.c.run_id)
+        async with self.engines.reader.connect() as conn:
+            return [rows.snapshot_from_row(row) for row in await conn.execute(query)]
+
+    async def get_snapshot(self, run_id: str) -> Snapshot | None:
+        query = sa.select(t.snapshots).where(t.snapshots.c.run_id == run_id)
+        async with self.engines.reader.connect() as conn:
+            row = (await conn.execute(query)).first()
+            return None if row is None else rows.snapshot_from_row(row)
+
+    # --- compaction state ---------------------------------------------------------------
+
+    async def get_compaction_config(self) -> CompactionConfig:
+        query = sa.select(t.compaction_config).where(t.compaction_config.c.id == 1)
+        async with self.engines.reader.connect() as conn:
+            row = (await conn.execute(query)).first()
+        if row is None:
+            return CompactionConfig()
+        values = row._asdict()
+        values.pop("id")
+        return CompactionConfig(**values)
+
+    async def put_compaction_config(self, config: CompactionConfig) -> None:
+        row = {"id": 1, **{name: getattr(config, name) for name in _config_fields()}}
+        async with self.engines.writer.begin() as conn:
+            await conn.execute(self._upsert(t.compaction_config, row, key="id"))
+            # A new configuration deserves a fresh chance: it closes the breaker.
+            breaker = {"id": 1, "consecutive_failures": 0, "opened_at": None}
+            await conn.execute(self._upsert(t.circuit_breaker, breaker, key="id"))
+
+    async def get_circuit_breaker(self) -> CircuitBreakerState:
+        query = sa.select(t.circuit_breaker).where(t.circuit_breaker.c.id == 1)
+        async with self.engines.reader.connect() as conn:
+            row = (await conn.execute(query)).first()
+        if row is None:
+            return CircuitBreakerState()
+        opened = rows.utc(row.opened_at) if row.opened_at else None
+        return CircuitBreakerState(consecutive_failures=row.consecutive_failures, opened_at=opened)
+
+
+def _config_fields() -> list[str]:
+    return [c.name for c in t.compaction_config.columns if c.name != "id"]
+
+
+def _upgrade(connection: Any) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")

@@ -1,0 +1,120 @@
+"""Table definitions (SQLAlchemy Core). Schema changes also need a migration in migrations/."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+Ts = sa.DateTime(timezone=True)
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("updated_at", Ts, nullable=False),
+    # The one run allowed to be active on the session; NULL when idle.
+    sa.Column("active_run_id", sa.String(36), nullable=True),
+    sa.Index("ix_sessions_active_run", "active_run_id"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("session_id", sa.String(36), sa.ForeignKey("sessions.id"), nullable=False),
+    sa.Column("status", sa.SmallInteger, nullable=False),
+    sa.Column("provider", sa.String(200), nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("input", sa.Text, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("tool_choice", sa.String(200), nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("updated_at", Ts, nullable=False),
+    sa.Column("iterations", sa.Integer, nullable=False),
+    sa.Column("finish_reason", sa.SmallInteger, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("traceparent", sa.String(64), nullable=False),
+    sa.Index("ix_runs_session_created", "session_id", "created_at"),
+    sa.Index("ix_runs_status", "status"),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("sequence", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(40), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    sa.Column("span_id", sa.String(16), nullable=False),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("session_id", sa.String(36), nullable=False),
+    sa.Column("run_id", sa.String(36), nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("tool_calls", sa.Text, nullable=False),
+    sa.Column("tool_call_id", sa.String(200), nullable=False),
+    sa.Column("tool_name", sa.String(200), nullable=False),
+    sa.Column("is_error", sa.Boolean, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.UniqueConstraint("session_id", "position", name="uq_messages_session_position"),
+    sa.Index("ix_messages_run", "run_id"),
+)
+
+snapshots = sa.Table(
+    "snapshots",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("session_id", sa.String(36), nullable=False),
+    sa.Column("status", sa.SmallInteger, nullable=False),
+    sa.Column("iteration", sa.Integer, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("model_calls", sa.Integer, nullable=False),
+    sa.Column("pending_tool_calls", sa.Text, nullable=False),
+    sa.Column("updated_at", Ts, nullable=False),
+)
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("identity", sa.String(200), primary_key=True),
+    sa.Column("key", sa.String(256), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(36), nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+)
+
+# Single-row tables (id = 1).
+compaction_config = sa.Table(
+    "compaction_config",
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True),
+    sa.Column("auto", sa.Boolean, nullable=False),
+    sa.Column("prune", sa.Boolean, nullable=False),
+    sa.Column("buffer_tokens", sa.BigInteger, nullable=False),
+    sa.Column("keep_tokens", sa.BigInteger, nullable=False),
+    sa.Column("tail_turns", sa.Integer, nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("provider", sa.String(200), nullable=False),
+    sa.Column("circuit_breaker_threshold", sa.Integer, nullable=False),
+)
+
+circuit_breaker = sa.Table(
+    "circuit_breaker",
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True),
+    sa.Column("consecutive_failures", sa.Integer, nullable=False),
+    sa.Column("opened_at", Ts, nullable=True),
+)

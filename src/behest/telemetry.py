@@ -1,0 +1,48 @@
+"""OpenTelemetry: the tracer, W3C trace-context propagation, and ids for events."""
+
+from __future__ import annotations
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_provider: TracerProvider | None = None
+
+
+def setup() -> None:
+    """Install an SDK tracer provider once, so spans get real ids (exporters: later)."""
+    global _provider
+    if _provider is None:
+        _provider = TracerProvider()
+        trace.set_tracer_provider(_provider)
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer("behest")
+
+
+def context_from_traceparent(traceparent: str) -> otel_context.Context | None:
+    """The parent context a W3C `traceparent` header names, or None if absent or invalid."""
+    if not traceparent:
+        return None
+    ctx = _PROPAGATOR.extract({"traceparent": traceparent})
+    if not trace.get_current_span(ctx).get_span_context().is_valid:
+        return None
+    return ctx
+
+
+def traceparent_of(span: trace.Span) -> str:
+    """The W3C `traceparent` of a span, to continue its trace later (e.g. after a restart)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
+    return carrier.get("traceparent", "")
+
+
+def current_trace_ids() -> tuple[str, str]:
+    """(trace_id, span_id) of the current span as lowercase hex, or empty strings."""
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return "", ""
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
