@@ -1,0 +1,95 @@
+"""A kill -9 loses nothing that was shown, and every run still ends exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import grpc
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from tests.support import collect, create_request, kind, script
+
+TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
+
+
+@asynccontextmanager
+async def server_process(data_dir: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """`behest serve` in a child process on an ephemeral port; yields (process, address)."""
+    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "behest",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data_dir),
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert process.stderr is not None
+    port = None
+    async with asyncio.timeout(30):
+        while port is None:
+            line = await process.stderr.readline()
+            assert line, "server exited before serving"
+            entry = json.loads(line) if line.startswith(b"{") else {}
+            if entry.get("msg") == "behest serving":
+                port = entry["port"]
+    drain = asyncio.create_task(process.stderr.read())
+    try:
+        yield process, f"127.0.0.1:{port}"
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        drain.cancel()
+
+
+async def test_runs_and_events_survive_kill_9_and_restart(tmp_path: Path) -> None:
+    slow = script({"text": " ".join(f"w{i}" for i in range(400)), "delay_ms": 10})
+    seen: dict[str, list[pb.AgentEvent]] = {}
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            streams = [stub.CreateRunStream(create_request(slow, model="script")) for _ in range(4)]
+            for stream in streams:
+                events = []
+                async for event in stream:
+                    events.append(event)
+                    if len(events) == 8:
+                        break
+                seen[events[0].run_id] = events
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+            for stream in streams:
+                stream.cancel()
+
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            for run_id, before in seen.items():
+                cursor = before[-1].sequence
+                rest = await collect(
+                    stub.WatchRunEvents(
+                        pb.WatchRunEventsRequest(run_id=run_id, last_event_id=cursor)
+                    )
+                )
+                assert [e.sequence for e in rest] == list(range(cursor + 1, cursor + 1 + len(rest)))
+                assert kind(rest[-1]) in TERMINAL
+                everything = await collect(
+                    stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
+                )
+                assert everything[: len(before)] == before
+                assert [kind(e) in TERMINAL for e in everything].count(True) == 1
+                run = await stub.GetRun(pb.GetRunRequest(run_id=run_id))
+                assert run.run.status in (7, 8, 9)
