@@ -1,0 +1,240 @@
+"""Creating runs, one active run per session, listing runs (SEMANTICS §1)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from behest.domain.runs import FinishReason, RunStatus, TokenUsage
+from behest.errors import Aborted, NotFound
+from behest.store.sql.store import SqlStore
+from tests.store.helpers import (
+    IDENTITY,
+    TRACEPARENT,
+    at,
+    create,
+    finish,
+    new_id,
+    request,
+    update,
+)
+
+
+async def test_create_run_without_session_creates_a_session_and_a_pending_run(
+    store: SqlStore,
+) -> None:
+    run_id = new_id()
+    now = at()
+    req = request(input="what is 2+2?", metadata='{"k": "v"}')
+
+    created = await store.create_run(
+        req, run_id=run_id, identity=IDENTITY, now=now, traceparent=TRACEPARENT
+    )
+
+    assert created.created
+    run = created.run
+    assert run.id == run_id
+    assert run.session_id
+    assert run.status == RunStatus.PENDING
+    assert (run.provider, run.model, run.input) == ("local", "echo", "what is 2+2?")
+    assert run.metadata == '{"k": "v"}'
+    assert run.tool_choice == "auto"
+    assert run.created_at == now
+    assert run.updated_at == now
+    assert run.iterations == 0
+    assert run.finish_reason == FinishReason.UNSPECIFIED
+    assert run.usage == TokenUsage(0, 0)
+    assert run.error == ""
+    assert run.traceparent == TRACEPARENT
+    assert await store.get_run(run_id) == run
+
+
+async def test_create_run_on_an_existing_session_continues_it(store: SqlStore) -> None:
+    first = await create(store)
+    await finish(store, first.id)
+
+    second = await create(store, request(session_id=first.session_id))
+
+    assert second.session_id == first.session_id
+    assert second.id != first.id
+
+
+async def test_get_run_of_unknown_run_is_none(store: SqlStore) -> None:
+    assert await store.get_run(new_id()) is None
+
+
+async def test_create_run_on_unknown_session_is_not_found(store: SqlStore) -> None:
+    session_id = new_id()
+    run_id = new_id()
+
+    with pytest.raises(NotFound, match=session_id):
+        await create(store, request(session_id=session_id), run_id=run_id)
+
+    assert await store.get_run(run_id) is None
+
+
+async def test_create_run_on_a_busy_session_is_aborted_naming_the_active_run(
+    store: SqlStore,
+) -> None:
+    active = await create(store)
+    refused_id = new_id()
+
+    with pytest.raises(Aborted, match=active.id):
+        await create(store, request(session_id=active.session_id), run_id=refused_id)
+
+    assert await store.get_run(refused_id) is None
+    assert (await store.get_run(active.id)).status == RunStatus.PENDING  # type: ignore[union-attr]
+
+
+async def test_two_runs_racing_for_an_idle_session_one_wins_the_other_is_aborted(
+    store: SqlStore,
+) -> None:
+    first = await create(store)
+    await finish(store, first.id)
+    ids = [new_id(), new_id()]
+
+    outcomes = await asyncio.gather(
+        *(create(store, request(session_id=first.session_id), run_id=i) for i in ids),
+        return_exceptions=True,
+    )
+
+    winners = [o for o in outcomes if not isinstance(o, BaseException)]
+    losers = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(winners) == 1, outcomes
+    assert len(losers) == 1 and isinstance(losers[0], Aborted), outcomes
+    assert winners[0].id in str(losers[0])
+
+
+async def test_terminal_update_frees_the_session_for_a_new_run(store: SqlStore) -> None:
+    first = await create(store)
+
+    await store.apply(
+        [
+            update(
+                first.id,
+                RunStatus.COMPLETED,
+                iterations=2,
+                usage=TokenUsage(30, 7),
+                finish_reason=FinishReason.STOP,
+            )
+        ]
+    )
+    second = await create(store, request(session_id=first.session_id))
+
+    ended = await store.get_run(first.id)
+    assert ended is not None
+    assert ended.status == RunStatus.COMPLETED
+    assert ended.iterations == 2
+    assert ended.usage == TokenUsage(30, 7)
+    assert ended.finish_reason == FinishReason.STOP
+    assert second.session_id == first.session_id
+    assert second.status == RunStatus.PENDING
+
+
+async def test_non_terminal_update_keeps_the_session_busy(store: SqlStore) -> None:
+    run = await create(store)
+
+    await store.apply([update(run.id, RunStatus.CALLING_MODEL)])
+
+    with pytest.raises(Aborted, match=run.id):
+        await create(store, request(session_id=run.session_id))
+
+
+async def test_late_terminal_update_of_an_old_run_leaves_the_new_run_active(
+    store: SqlStore,
+) -> None:
+    old = await create(store)
+    await finish(store, old.id, RunStatus.CANCELLED)
+    new = await create(store, request(session_id=old.session_id))
+
+    await finish(store, old.id, RunStatus.FAILED)
+
+    with pytest.raises(Aborted, match=new.id):
+        await create(store, request(session_id=old.session_id))
+    assert (await store.get_run(old.id)).status == RunStatus.CANCELLED  # type: ignore[union-attr]
+
+
+async def _session_history(store: SqlStore) -> list[tuple[str, RunStatus]]:
+    """Five runs on one session, a second apart: COMPLETED, FAILED, CANCELLED, COMPLETED, PENDING.
+
+    Returns (run id, status) oldest first.
+    """
+    statuses = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPLETED]
+    base = at()
+    session_id: str | None = None
+    history = []
+    for i, status in enumerate(statuses):
+        run = await create(store, request(session_id=session_id), now=base.replace() + i * _SECOND)
+        session_id = run.session_id
+        await finish(store, run.id, status)
+        history.append((run.id, status))
+    last = await create(store, request(session_id=session_id), now=base + 4 * _SECOND)
+    history.append((last.id, RunStatus.PENDING))
+    return history
+
+
+async def test_list_runs_of_a_session_is_newest_first(store: SqlStore) -> None:
+    history = await _session_history(store)
+    session_id = (await store.get_run(history[0][0])).session_id  # type: ignore[union-attr]
+
+    runs = await store.list_runs(session_id=session_id, status=None, limit=100, offset=0)
+
+    assert [r.id for r in runs] == [run_id for run_id, _ in reversed(history)]
+    assert [r.status for r in runs] == [status for _, status in reversed(history)]
+
+
+async def test_list_runs_pages_with_limit_and_offset(store: SqlStore) -> None:
+    history = await _session_history(store)
+    newest_first = [run_id for run_id, _ in reversed(history)]
+    session_id = (await store.get_run(history[0][0])).session_id  # type: ignore[union-attr]
+
+    pages = [
+        [r.id for r in await store.list_runs(session_id=session_id, status=None, limit=2, offset=o)]
+        for o in (0, 2, 4, 6)
+    ]
+
+    assert pages == [newest_first[0:2], newest_first[2:4], newest_first[4:5], []]
+
+
+async def test_list_runs_filters_by_session_and_status(store: SqlStore) -> None:
+    history = await _session_history(store)
+    session_id = (await store.get_run(history[0][0])).session_id  # type: ignore[union-attr]
+    completed = [run_id for run_id, status in reversed(history) if status == RunStatus.COMPLETED]
+
+    runs = await store.list_runs(
+        session_id=session_id, status=RunStatus.COMPLETED, limit=100, offset=0
+    )
+
+    assert [r.id for r in runs] == completed
+
+
+async def test_list_runs_filters_by_status_across_sessions(store: SqlStore) -> None:
+    failed = await create(store)
+    await finish(store, failed.id, RunStatus.FAILED)
+    pending = await create(store)
+
+    runs = await store.list_runs(session_id=None, status=RunStatus.FAILED, limit=1000, offset=0)
+
+    ids = {r.id for r in runs}
+    assert failed.id in ids
+    assert pending.id not in ids
+    assert {r.status for r in runs} == {RunStatus.FAILED}
+
+
+async def test_unfinished_runs_are_the_non_terminal_ones_oldest_first(store: SqlStore) -> None:
+    base = at()
+    older = await create(store, now=base)
+    ended = await create(store, now=base + _SECOND)
+    await finish(store, ended.id, RunStatus.CANCELLED)
+    newer = await create(store, now=base + 2 * _SECOND)
+    await store.apply([update(newer.id, RunStatus.WAITING_FOR_TOOLS)])
+
+    runs = await store.unfinished_runs()
+
+    ours = [r.id for r in runs if r.id in {older.id, ended.id, newer.id}]
+    assert ours == [older.id, newer.id]
+    assert not any(r.status.is_terminal for r in runs)
+
+
+_SECOND = at() - at() + __import__("datetime").timedelta(seconds=1)
