@@ -1,0 +1,140 @@
+"""Limits, deadlines, shutdown and the CLI against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from tests.e2e.test_crash import server_process
+from tests.support import (
+    Server,
+    collect,
+    create_request,
+    fast_settings,
+    kind,
+    script,
+    start_server,
+    stop_server,
+)
+
+SLOW = script({"text": " ".join(f"w{i}" for i in range(100)), "delay_ms": 20})
+
+
+async def test_concurrent_run_limit_is_resource_exhausted(tmp_path: Path) -> None:
+    server = await start_server(fast_settings(tmp_path, max_concurrent_runs=1))
+    try:
+        first = await server.runs.CreateRun(create_request(SLOW, model="script"))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await server.runs.CreateRun(create_request("one more"))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await server.runs.CancelRun(pb.CancelRunRequest(run_id=first.run_id))
+        again = await server.runs.CreateRun(create_request("room again"))
+        assert again.run_id
+    finally:
+        await stop_server(server)
+
+
+async def test_stream_limit_never_blocks_unary_calls(tmp_path: Path) -> None:
+    server = await start_server(fast_settings(tmp_path, max_streams=1))
+    try:
+        created = await server.runs.CreateRun(create_request(SLOW, model="script"))
+        watcher = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        await anext(aiter(watcher))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(
+                server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+            )
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await server.runs.CancelRun(pb.CancelRunRequest(run_id=created.run_id))
+        rest = [event async for event in watcher]
+        assert kind(rest[-1]) == "run_cancelled"
+    finally:
+        await stop_server(server)
+
+
+async def test_a_client_deadline_bounds_the_rpc_not_the_run(server: Server) -> None:
+    stream = server.runs.CreateRunStream(create_request(SLOW, model="script"), timeout=0.3)
+    seen = []
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for event in stream:
+            seen.append(event)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    rest = await collect(
+        server.runs.WatchRunEvents(
+            pb.WatchRunEventsRequest(run_id=seen[0].run_id, last_event_id=seen[-1].sequence)
+        )
+    )
+    assert kind(rest[-1]) == "run_completed"
+
+
+async def test_sigterm_stops_the_server_and_the_next_start_ends_interrupted_runs(
+    tmp_path: Path,
+) -> None:
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            created = await stub.CreateRun(create_request(SLOW, model="script"))
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                assert await process.wait() == 0
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            events = await collect(
+                stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+            )
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert kind(events[-1]) == "run_failed"
+    assert "interrupted" in events[-1].run_failed.error
+
+
+async def test_cli_run_streams_the_answer_and_prints_the_run_id(server: Server) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "behest",
+        "run",
+        "hello from the command line",
+        "--server",
+        server.address,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert "hello from the command line" in out.decode()
+    assert "run " in err.decode()
+    run_id = err.decode().split("run ", 1)[1].split()[0]
+    fetched = await server.runs.GetRun(pb.GetRunRequest(run_id=run_id))
+    assert fetched.run.status == 7
+
+
+async def test_cli_watch_resumes_after_a_sequence(server: Server) -> None:
+    events = await collect(server.runs.CreateRunStream(create_request("watch this later")))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "behest",
+        "watch",
+        events[0].run_id,
+        "--after",
+        "4",
+        "--server",
+        server.address,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    shown = out.decode()
+    assert "later" in shown
+    assert "watch " not in shown  # deltas 1..4 (RunStarted … first word) are not replayed
