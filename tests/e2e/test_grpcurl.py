@@ -1,0 +1,537 @@
+"""Runs the recipes of docs/GRPCURL.md for real, with grpcurl, against a test server.
+
+Each ```sh block of the doc is one grpcurl command. A recipe is known by its target (what
+follows the address: `list`, `describe X`, or `pkg.Service/Method`, plus the `service` of a
+health check). Each test declares the recipes it runs with `@runs(...)`; a test checks that the
+declared recipes are exactly the doc's, and a fixture checks that each test ran what it declared,
+so the doc and these tests cannot drift apart. The address is replaced by the test server's,
+`RUN_ID` by a run the test made, and `input` by a unique one.
+
+grpcurl runs as an asyncio subprocess: the server shares the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from tests.support import Server, collect, create_request, kind, script
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "GRPCURL.md"
+README = ROOT / "README.md"
+DOC_ADDRESS = "127.0.0.1:50051"
+GRPCURL = Path(sys.executable).parent / "grpcurl"
+TIMEOUT_S = 30.0
+
+TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
+ENVELOPE = {"sequence", "run_id", "timestamp", "trace_id", "span_id"}
+AGENT_SERVICES = ("agent.v1.RunService", "agent.v1.CompactionService", "agent.v1.SnapshotService")
+RUN_RPCS = (
+    "CreateRun",
+    "CreateRunStream",
+    "ListRuns",
+    "GetRun",
+    "GetRunOutput",
+    "CancelRun",
+    "WatchRunEvents",
+)
+
+# FailedPrecondition, NotFound, OutOfRange: grpcurl exits with 64 + the gRPC code.
+EXIT_FAILED_PRECONDITION = 64 + 9
+EXIT_NOT_FOUND = 64 + 5
+EXIT_OUT_OF_RANGE = 64 + 11
+
+
+# --- the doc's recipes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    key: str
+    argv: tuple[str, ...]
+    data: dict[str, Any] | None
+    source: str
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def parse_recipe(block: str) -> Recipe:
+    lines = [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected exactly one command in the block:\n{block}"
+    argv = shlex.split(lines[0])
+    assert argv[0] == "grpcurl", f"not a grpcurl command: {lines[0]}"
+    assert "-plaintext" in argv, f"not plaintext: {lines[0]}"
+    for flag in ("-proto", "-protoset", "-import-path"):
+        assert not any(a == flag or a.startswith(flag + "=") for a in argv), lines[0]
+    assert argv.count(DOC_ADDRESS) == 1, f"expected the address {DOC_ADDRESS}: {lines[0]}"
+    data = None
+    if "-d" in argv:
+        data = json.loads(argv[argv.index("-d") + 1])
+        assert isinstance(data, dict)
+    target = argv[argv.index(DOC_ADDRESS) + 1 :]
+    assert target, f"nothing after the address: {lines[0]}"
+    key = " ".join(target)
+    if data and "service" in data:
+        key += f" {data['service']}"
+    return Recipe(key=key, argv=tuple(argv), data=data, source=lines[0])
+
+
+def doc_recipes() -> dict[str, Recipe]:
+    recipes = [parse_recipe(block) for block in sh_blocks(DOC.read_text())]
+    keys = [r.key for r in recipes]
+    assert len(keys) == len(set(keys)), f"recipes with the same target: {keys}"
+    return {r.key: r for r in recipes}
+
+
+# Recipe keys declared by each test function, filled by @runs at import.
+DECLARED: dict[str, tuple[str, ...]] = {}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def runs(*keys: str) -> Callable[[F], F]:
+    def mark(fn: F) -> F:
+        DECLARED[fn.__name__] = keys
+        return fn
+
+    return mark
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        """The one JSON document on stdout."""
+        docs = self.documents()
+        assert len(docs) == 1, self.stdout
+        return docs[0]
+
+    def documents(self) -> list[Any]:
+        """The JSON documents on stdout, in order (a stream prints one per message)."""
+        decoder = json.JSONDecoder()
+        text, pos = self.stdout, 0
+        out: list[Any] = []
+        while True:
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+            if pos == len(text):
+                return out
+            value, pos = decoder.raw_decode(text, pos)
+            out.append(value)
+
+    def error(self) -> tuple[str, str]:
+        """(Code, Message) of grpcurl's error report on stderr."""
+        code = re.search(r"^\s*Code: (\S+)", self.stderr, flags=re.MULTILINE)
+        message = re.search(r"^\s*Message: (.*)$", self.stderr, flags=re.MULTILINE)
+        assert code and message, self.stderr
+        return code.group(1), message.group(1)
+
+
+class Recipes:
+    """The doc's recipes, run against one test server; records which ones ran."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.by_key = doc_recipes()
+        self.ran: set[str] = set()
+
+    async def run(self, key: str, *, run_id: str = "", **data: Any) -> Result:
+        """Run recipe `key`; `data` replaces top-level fields of its `-d` JSON."""
+        assert GRPCURL.exists(), f"grpcurl not found at {GRPCURL} (pip install -e '.[dev]')"
+        recipe = self.by_key.get(key)
+        assert recipe is not None, f"docs/GRPCURL.md has no recipe {key!r}"
+        argv = [str(GRPCURL)]
+        for arg in recipe.argv[1:]:
+            if arg == DOC_ADDRESS:
+                arg = self.server.address
+            argv.append(arg)
+        if data:
+            assert recipe.data is not None, f"recipe {key!r} sends no request body"
+            unknown = set(data) - set(recipe.data)
+            assert not unknown, f"recipe {key!r} does not set {unknown}"
+            body = {**recipe.data, **data}
+            argv[argv.index("-d") + 1] = json.dumps(body)
+        if "RUN_ID" in " ".join(argv):
+            assert run_id, f"recipe {key!r} needs a run id"
+            argv = [a.replace("RUN_ID", run_id) for a in argv]
+        self.ran.add(key)
+        return await grpcurl(argv)
+
+
+async def grpcurl(argv: list[str]) -> Result:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"grpcurl did not finish in {TIMEOUT_S}s: {argv}") from None
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+def recipes(server: Server, request: pytest.FixtureRequest) -> Iterator[Recipes]:
+    book = Recipes(server)
+    yield book
+    declared = set(DECLARED.get(request.function.__name__, ()))
+    assert book.ran == declared, (
+        f"{request.function.__name__} declares recipes {sorted(declared)} "
+        f"but ran {sorted(book.ran)}"
+    )
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def unique(label: str) -> str:
+    return f"{label} {uuid.uuid4().hex[:12]} via grpcurl"
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def event_kind(event: dict[str, Any]) -> str:
+    kinds = [snake(k) for k in event if snake(k) not in ENVELOPE]
+    assert len(kinds) == 1, event
+    return kinds[0]
+
+
+def payload(event: dict[str, Any]) -> dict[str, Any]:
+    return next(v for k, v in event.items() if snake(k) not in ENVELOPE)
+
+
+def field(message: dict[str, Any], name: str) -> Any:
+    """A field by its proto name, whether grpcurl printed it snake_case or camelCase."""
+    for key, value in message.items():
+        if snake(key) == name:
+            return value
+    return None
+
+
+def sequences(events: list[dict[str, Any]]) -> list[int]:
+    return [int(field(e, "sequence")) for e in events]
+
+
+def assert_whole_run(events: list[dict[str, Any]], run_id: str) -> None:
+    """Sequences 1..N in order, run_started first, one terminal event, last."""
+    assert events, "no events"
+    assert sequences(events) == list(range(1, len(events) + 1))
+    kinds = [event_kind(e) for e in events]
+    assert kinds[0] == "run_started"
+    assert [k for k in kinds if k in TERMINAL] == [kinds[-1]], kinds
+    for event in events:
+        assert field(event, "run_id") == run_id
+        assert re.fullmatch(r"[0-9a-f]{32}", field(event, "trace_id") or ""), event
+        assert re.fullmatch(r"[0-9a-f]{16}", field(event, "span_id") or ""), event
+
+
+async def finished(server: Server, run_id: str) -> list[pb.AgentEvent]:
+    """Wait for a run to end (through the stub); its events."""
+    return await collect(server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+
+
+async def slow_run(server: Server, *, deltas: int = 40, delay_ms: int = 25) -> str:
+    """Start a `script` run that takes about deltas * delay_ms; its id."""
+    text = unique("slow")
+    steps = script({"text": text, "deltas": deltas, "delay_ms": delay_ms})
+    created = await server.runs.CreateRun(create_request(steps, model="script"))
+    return created.run_id
+
+
+async def create_run(recipes: Recipes, text: str) -> str:
+    """CreateRun (the doc's recipe) with `text`; waits for the run to end; its id."""
+    created = await recipes.run("agent.v1.RunService/CreateRun", input=text)
+    assert created.code == 0, created.stderr
+    run_id = field(created.json(), "run_id")
+    await finished(recipes.server, run_id)
+    return run_id
+
+
+# --- the doc itself ---------------------------------------------------------------------------
+
+
+def test_every_recipe_in_the_doc_is_exercised() -> None:
+    recipes = doc_recipes()
+    assert recipes, "docs/GRPCURL.md has no ```sh recipes"
+    in_doc = set(recipes)
+    in_tests = {key for keys in DECLARED.values() for key in keys}
+    assert in_doc - in_tests == set(), "recipes in docs/GRPCURL.md that no test runs"
+    assert in_tests - in_doc == set(), "tests run recipes that docs/GRPCURL.md does not have"
+    tests = {name for name in globals() if name.startswith("test_")}
+    assert set(DECLARED) <= tests
+
+
+def test_the_readme_recipes_are_in_the_doc() -> None:
+    """README.md says the tests run its grpcurl recipes: they are the doc's, verbatim."""
+    if not README.exists():
+        pytest.skip("no README.md")
+    in_doc = {r.source for r in doc_recipes().values()}
+    for block in sh_blocks(README.read_text()):
+        command = block.strip()
+        if command.startswith("grpcurl "):
+            assert command in in_doc, f"README recipe not in docs/GRPCURL.md: {command}"
+
+
+def test_the_doc_explains_sequences_and_resuming() -> None:
+    text = DOC.read_text()
+    assert "sequence" in text and "last_event_id" in text
+    assert "RUN_ID" in text
+
+
+# --- discovery and health ---------------------------------------------------------------------
+
+
+@runs("list")
+async def test_list_shows_our_services_health_and_reflection(recipes: Recipes) -> None:
+    result = await recipes.run("list")
+    assert result.code == 0, result.stderr
+    services = result.stdout.split()
+    for name in (*AGENT_SERVICES, "grpc.health.v1.Health"):
+        assert name in services
+    assert any(s.startswith("grpc.reflection.") for s in services), services
+
+
+@runs("describe agent.v1.RunService", "describe agent.v1.AgentEvent")
+async def test_describe_shows_the_rpcs_and_the_event(recipes: Recipes) -> None:
+    service = await recipes.run("describe agent.v1.RunService")
+    assert service.code == 0, service.stderr
+    assert "agent.v1.RunService is a service" in service.stdout
+    for rpc in RUN_RPCS:
+        assert re.search(rf"\brpc {rpc} \(", service.stdout), rpc
+    assert re.search(
+        r"rpc CreateRunStream \(.*\) returns \( stream \.agent\.v1\.AgentEvent", service.stdout
+    )
+    assert re.search(
+        r"rpc WatchRunEvents \(.*\) returns \( stream \.agent\.v1\.AgentEvent", service.stdout
+    )
+
+    event = await recipes.run("describe agent.v1.AgentEvent")
+    assert event.code == 0, event.stderr
+    assert "agent.v1.AgentEvent is a message" in event.stdout
+    assert "uint64 sequence = 1;" in event.stdout
+    assert "oneof event" in event.stdout
+    for name in ("run_started", "text_delta", *sorted(TERMINAL)):
+        assert re.search(rf"\b{name} = \d+;", event.stdout), name
+
+
+@runs("grpc.health.v1.Health/Check", "grpc.health.v1.Health/Check agent.v1.RunService")
+async def test_health_is_serving(recipes: Recipes) -> None:
+    for key in ("grpc.health.v1.Health/Check", "grpc.health.v1.Health/Check agent.v1.RunService"):
+        result = await recipes.run(key)
+        assert result.code == 0, result.stderr
+        assert result.json() == {"status": "SERVING"}
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+@runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/GetRun")
+async def test_create_run_then_get_run(recipes: Recipes) -> None:
+    text = unique("create")
+    created = await recipes.run("agent.v1.RunService/CreateRun", input=text)
+    assert created.code == 0, created.stderr
+    body = created.json()
+    run_id, session_id = field(body, "run_id"), field(body, "session_id")
+    uuid.UUID(run_id)
+    uuid.UUID(session_id)
+    await finished(recipes.server, run_id)
+
+    got = await recipes.run("agent.v1.RunService/GetRun", run_id=run_id)
+    assert got.code == 0, got.stderr
+    run = field(got.json(), "run")
+    assert field(run, "id") == run_id
+    assert field(run, "session_id") == session_id
+    assert field(run, "status") == "RUN_STATUS_COMPLETED"
+    assert field(run, "provider") == {"value": "local"}
+    assert field(run, "model") == {"value": "echo"}
+
+
+@runs("agent.v1.RunService/CreateRunStream")
+async def test_create_run_stream_prints_the_whole_run(recipes: Recipes) -> None:
+    text = unique("stream these words")
+    result = await recipes.run("agent.v1.RunService/CreateRunStream", input=text)
+    assert result.code == 0, result.stderr
+    events = result.documents()
+    run_id = field(events[0], "run_id")
+    assert_whole_run(events, run_id)
+    kinds = [event_kind(e) for e in events]
+    assert kinds[-1] == "run_completed"
+    assert field(payload(events[-1]), "finish_reason") == "FINISH_REASON_STOP"
+    deltas = [field(payload(e), "delta") for e in events if event_kind(e) == "text_delta"]
+    assert "".join(deltas) == text
+    assert len(deltas) == len(text.split())
+    assert kinds[:3] == ["run_started", "context_built", "model_started"]
+    # What grpcurl printed is what the stub sees in the log.
+    stored = await finished(recipes.server, run_id)
+    assert [kind(e) for e in stored] == kinds
+
+
+@runs("agent.v1.RunService/CreateRunStream", "agent.v1.RunService/WatchRunEvents")
+async def test_watch_run_events_resumes_after_the_last_sequence(recipes: Recipes) -> None:
+    streamed = await recipes.run(
+        "agent.v1.RunService/CreateRunStream", input=unique("resume after a cursor")
+    )
+    assert streamed.code == 0, streamed.stderr
+    whole = streamed.documents()
+    run_id = field(whole[0], "run_id")
+    n = len(whole)
+    assert n >= 7
+
+    # As written in the doc (last_event_id 3), then other cursors.
+    for cursor in (None, 0, 1, n - 1, n):
+        extra = {} if cursor is None else {"last_event_id": cursor}
+        k = 3 if cursor is None else cursor
+        result = await recipes.run("agent.v1.RunService/WatchRunEvents", run_id=run_id, **extra)
+        assert result.code == 0, (cursor, result.stderr)
+        events = result.documents()
+        assert sequences(events) == list(range(k + 1, n + 1)), cursor
+        assert events == whole[k:], cursor
+
+    beyond = await recipes.run(
+        "agent.v1.RunService/WatchRunEvents", run_id=run_id, last_event_id=n + 1
+    )
+    assert beyond.code == EXIT_OUT_OF_RANGE, beyond.stderr
+    assert beyond.error()[0] == "OutOfRange"
+
+
+@runs("agent.v1.RunService/WatchRunEvents")
+async def test_watch_run_events_follows_a_live_run_to_its_end(recipes: Recipes) -> None:
+    run_id = await slow_run(recipes.server, deltas=40, delay_ms=25)
+    result = await recipes.run("agent.v1.RunService/WatchRunEvents", run_id=run_id)
+    assert result.code == 0, result.stderr
+    events = result.documents()
+    assert sequences(events) == list(range(4, len(events) + 4))
+    assert event_kind(events[-1]) == "run_completed"
+    stored = await finished(recipes.server, run_id)
+    assert len(stored) == len(events) + 3
+
+
+@runs("agent.v1.RunService/WatchRunEvents")
+async def test_watch_run_events_of_an_unknown_run_is_not_found(recipes: Recipes) -> None:
+    result = await recipes.run("agent.v1.RunService/WatchRunEvents", run_id=str(uuid.uuid4()))
+    assert result.code == EXIT_NOT_FOUND, result.stderr
+    assert result.error()[0] == "NotFound"
+
+
+@runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/ListRuns")
+async def test_list_runs_with_a_limit_is_newest_first(recipes: Recipes) -> None:
+    limit = recipes.by_key["agent.v1.RunService/ListRuns"].data["pagination"]["limit"]  # type: ignore[index]
+    made = [await create_run(recipes, unique(f"list {i}")) for i in range(limit + 1)]
+
+    result = await recipes.run("agent.v1.RunService/ListRuns")
+    assert result.code == 0, result.stderr
+    listed = field(result.json(), "runs")
+    assert [field(r, "id") for r in listed] == made[::-1][:limit]
+    assert {field(r, "status") for r in listed} == {"RUN_STATUS_COMPLETED"}
+
+
+@runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/GetRunOutput")
+async def test_get_run_output_shows_the_answer(recipes: Recipes) -> None:
+    text = unique("output")
+    run_id = await create_run(recipes, text)
+    result = await recipes.run("agent.v1.RunService/GetRunOutput", run_id=run_id)
+    assert result.code == 0, result.stderr
+    output = field(result.json(), "output")
+    assert field(output, "run_id") == run_id
+    assert field(output, "iterations") == 1
+    assert field(output, "finish_reason") == "FINISH_REASON_STOP"
+    usage = field(output, "total_usage")
+    assert int(field(usage, "total_tokens")) > 0
+    messages = field(output, "messages")
+    assert len(messages) == 1
+    assert field(messages[0], "role") == "assistant"
+    assert field(messages[0], "content") == [{"text": {"text": text}}]
+
+
+@runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/CancelRun")
+async def test_cancel_of_a_finished_run_is_failed_precondition(recipes: Recipes) -> None:
+    run_id = await create_run(recipes, unique("cancel too late"))
+    result = await recipes.run("agent.v1.RunService/CancelRun", run_id=run_id)
+    assert result.code == EXIT_FAILED_PRECONDITION, result.stderr
+    code, message = result.error()
+    assert code == "FailedPrecondition"
+    assert run_id in message
+    assert "Traceback" not in result.stderr
+
+
+@runs("agent.v1.RunService/CancelRun")
+async def test_cancel_of_an_unknown_run_is_not_found(recipes: Recipes) -> None:
+    result = await recipes.run("agent.v1.RunService/CancelRun", run_id=str(uuid.uuid4()))
+    assert result.code == EXIT_NOT_FOUND, result.stderr
+    assert result.error()[0] == "NotFound"
+
+
+@runs("agent.v1.RunService/CancelRun", "agent.v1.RunService/GetRun")
+async def test_cancel_of_a_live_run_ends_it_with_run_cancelled(recipes: Recipes) -> None:
+    run_id = await slow_run(recipes.server, deltas=400, delay_ms=25)
+    watch = asyncio.ensure_future(finished(recipes.server, run_id))
+    await asyncio.sleep(0.2)
+    assert not watch.done()
+
+    result = await recipes.run("agent.v1.RunService/CancelRun", run_id=run_id)
+    assert result.code == 0, result.stderr
+    assert result.json() == {}
+    events = await asyncio.wait_for(watch, TIMEOUT_S)
+    assert kind(events[-1]) == "run_cancelled"
+    assert [kind(e) for e in events].count("run_cancelled") == 1
+
+    got = await recipes.run("agent.v1.RunService/GetRun", run_id=run_id)
+    assert field(field(got.json(), "run"), "status") == "RUN_STATUS_CANCELLED"
+
+
+# --- compaction and snapshots ---------------------------------------------------------------
+
+
+@runs("agent.v1.CompactionService/GetCompactionConfig")
+async def test_get_compaction_config_shows_the_stored_config(recipes: Recipes) -> None:
+    result = await recipes.run("agent.v1.CompactionService/GetCompactionConfig")
+    assert result.code == 0, result.stderr
+    printed = result.json()
+    expected = await recipes.server.compaction.GetCompactionConfig(pb.GetCompactionConfigRequest())
+    assert printed == MessageToDict(expected, preserving_proto_field_name=True)
+    assert int(field(printed, "buffer_tokens")) > 0
+    assert field(printed, "tail_turns") >= 1
+
+
+@runs("agent.v1.SnapshotService/ListSnapshots")
+async def test_list_snapshots_shows_what_is_running(recipes: Recipes) -> None:
+    idle = await recipes.run("agent.v1.SnapshotService/ListSnapshots")
+    assert idle.code == 0, idle.stderr
+    assert idle.json() == {}
+
+    run_id = await slow_run(recipes.server, deltas=40, delay_ms=25)
+    await asyncio.sleep(0.2)
+    busy = await recipes.run("agent.v1.SnapshotService/ListSnapshots")
+    assert busy.code == 0, busy.stderr
+    snapshots = field(busy.json(), "snapshots")
+    assert [field(s, "run_id") for s in snapshots] == [run_id]
+    assert field(snapshots[0], "status") not in {
+        "RUN_STATUS_COMPLETED",
+        "RUN_STATUS_FAILED",
+        "RUN_STATUS_CANCELLED",
+    }
+
+    await finished(recipes.server, run_id)
+    done = await recipes.run("agent.v1.SnapshotService/ListSnapshots")
+    assert done.json() == {}
