@@ -42,6 +42,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def backend(store_url: str) -> str:
+    """ "sqlite" or "postgresql"."""
+    return "sqlite" if store_url.startswith("sqlite") else "postgresql"
+
+
+@pytest.fixture
 async def open_store(store_url: str) -> AsyncIterator[OpenStore]:
     """Start further stores on the same database (another process or replica); all are closed."""
     opened: list[SqlStore] = []

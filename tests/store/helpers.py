@@ -11,7 +11,7 @@ from behest.domain.events import Event, Payload, RunStarted
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunRequest, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
-from behest.store.base import AppendEvent, UpdateRun
+from behest.store.base import AppendEvent, UpdateRun, Write
 from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
 
@@ -73,7 +73,7 @@ def update(
     status: RunStatus,
     *,
     iterations: int = 1,
-    usage: TokenUsage = TokenUsage(10, 5),
+    usage: TokenUsage | None = None,
     finish_reason: FinishReason = FinishReason.UNSPECIFIED,
     error: str = "",
 ) -> UpdateRun:
@@ -81,7 +81,7 @@ def update(
         run_id=run_id,
         status=status,
         iterations=iterations,
-        usage=usage,
+        usage=usage or TokenUsage(10, 5),
         finish_reason=finish_reason,
         error=error,
     )
@@ -103,7 +103,7 @@ def event(run_id: str, sequence: int, payload: Payload | None = None) -> Event:
     )
 
 
-def events(run_id: str, first: int, last: int) -> list[AppendEvent]:
+def events(run_id: str, first: int, last: int) -> list[Write]:
     """AppendEvent writes for sequences first..last."""
     return [AppendEvent(event(run_id, n)) for n in range(first, last + 1)]
 
@@ -139,7 +139,7 @@ def snapshot(
     *,
     status: RunStatus = RunStatus.CALLING_MODEL,
     iteration: int = 1,
-    usage: TokenUsage = TokenUsage(100, 20),
+    usage: TokenUsage | None = None,
     model_calls: int = 1,
     pending_tool_calls: tuple[str, ...] = (),
 ) -> Snapshot:
@@ -148,19 +148,24 @@ def snapshot(
         session_id=run.session_id,
         status=status,
         iteration=iteration,
-        usage=usage,
+        usage=usage or TokenUsage(100, 20),
         updated_at=at(),
         model_calls=model_calls,
         pending_tool_calls=pending_tool_calls,
     )
 
 
-async def trip_circuit_breaker(store: SqlStore, *, failures: int) -> None:
-    """Open the breaker directly in the database (the Store protocol only reads it)."""
-    values = {"consecutive_failures": failures, "opened_at": at()}
+async def trip_circuit_breaker(store: SqlStore, *, failures: int) -> datetime:
+    """Open the breaker directly in the database (the Store protocol only reads it).
+
+    Returns when it opened.
+    """
+    opened_at = at()
+    values = {"consecutive_failures": failures, "opened_at": opened_at}
     async with store.engines.writer.begin() as conn:
         updated = await conn.execute(
             sa.update(t.circuit_breaker).where(t.circuit_breaker.c.id == 1).values(**values)
         )
         if updated.rowcount == 0:
             await conn.execute(sa.insert(t.circuit_breaker).values(id=1, **values))
+    return opened_at

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
@@ -19,6 +20,8 @@ from tests.store.helpers import (
     request,
     update,
 )
+
+SECOND = timedelta(seconds=1)
 
 
 async def test_create_run_without_session_creates_a_session_and_a_pending_run(
@@ -165,11 +168,11 @@ async def _session_history(store: SqlStore) -> list[tuple[str, RunStatus]]:
     session_id: str | None = None
     history = []
     for i, status in enumerate(statuses):
-        run = await create(store, request(session_id=session_id), now=base.replace() + i * _SECOND)
+        run = await create(store, request(session_id=session_id), now=base + i * SECOND)
         session_id = run.session_id
         await finish(store, run.id, status)
         history.append((run.id, status))
-    last = await create(store, request(session_id=session_id), now=base + 4 * _SECOND)
+    last = await create(store, request(session_id=session_id), now=base + 4 * SECOND)
     history.append((last.id, RunStatus.PENDING))
     return history
 
@@ -225,9 +228,9 @@ async def test_list_runs_filters_by_status_across_sessions(store: SqlStore) -> N
 async def test_unfinished_runs_are_the_non_terminal_ones_oldest_first(store: SqlStore) -> None:
     base = at()
     older = await create(store, now=base)
-    ended = await create(store, now=base + _SECOND)
+    ended = await create(store, now=base + SECOND)
     await finish(store, ended.id, RunStatus.CANCELLED)
-    newer = await create(store, now=base + 2 * _SECOND)
+    newer = await create(store, now=base + 2 * SECOND)
     await store.apply([update(newer.id, RunStatus.WAITING_FOR_TOOLS)])
 
     runs = await store.unfinished_runs()
@@ -235,6 +238,3 @@ async def test_unfinished_runs_are_the_non_terminal_ones_oldest_first(store: Sql
     ours = [r.id for r in runs if r.id in {older.id, ended.id, newer.id}]
     assert ours == [older.id, newer.id]
     assert not any(r.status.is_terminal for r in runs)
-
-
-_SECOND = at() - at() + __import__("datetime").timedelta(seconds=1)

@@ -128,8 +128,12 @@ class SqlStore:
             )
         session_id = request.session_id
         if session_id:
+            # FOR UPDATE (PostgreSQL; SQLite's writers are serialised anyway): a racing twin
+            # waits here and then reads the winner's active_run_id, which the Aborted names.
             session = (
-                await conn.execute(sa.select(t.sessions).where(t.sessions.c.id == session_id))
+                await conn.execute(
+                    sa.select(t.sessions).where(t.sessions.c.id == session_id).with_for_update()
+                )
             ).first()
             if session is None:
                 raise NotFound(f"session {session_id} not found")
@@ -217,7 +221,10 @@ class SqlStore:
                 case AppendMessage(message):
                     messages.append(rows.message_to_row(message))
                 case UpdateRun():
-                    run_updates[write.run_id] = write
+                    # One UPDATE per run; as if applied in order, the first terminal one sticks.
+                    earlier = run_updates.get(write.run_id)
+                    if earlier is None or not earlier.status.is_terminal:
+                        run_updates[write.run_id] = write
                 case PutSnapshot(saved):
                     snapshots[saved.run_id] = saved
                 case DeleteSnapshot(run_id):

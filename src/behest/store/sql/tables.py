@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-Ts = sa.DateTime(timezone=True)
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """TIMESTAMP WITH TIME ZONE holding UTC; naive values are taken as UTC (as asyncpg does).
+
+    SQLite keeps no offset: without the conversion an instant at +02:00 would be stored as
+    its wall-clock time and read back two hours off, and would sort wrongly.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None or value.tzinfo is None:
+            return value
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None or value.tzinfo is not None:
+            return value
+        return value.replace(tzinfo=UTC)
+
+
+Ts = UtcDateTime()
 
 sessions = sa.Table(
     "sessions",

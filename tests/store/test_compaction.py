@@ -1,0 +1,72 @@
+"""Compaction config and circuit breaker: single rows shared by every run (SEMANTICS §7).
+
+On a shared database other tests change these rows too: each test sets what it asserts.
+"""
+
+from __future__ import annotations
+
+import random
+
+from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.store.sql.store import SqlStore
+from tests.store.helpers import trip_circuit_breaker
+
+
+def _some_config() -> CompactionConfig:
+    pick = random.Random()
+    return CompactionConfig(
+        auto=pick.choice([True, False]),
+        prune=pick.choice([True, False]),
+        buffer_tokens=pick.randrange(1, 999_999_999),
+        keep_tokens=pick.randrange(1, 999_999_999),
+        tail_turns=pick.randrange(1, 50),
+        model="summary-model",
+        provider="local",
+        circuit_breaker_threshold=pick.randrange(1, 10),
+    )
+
+
+async def test_put_compaction_config_then_get_returns_it(store: SqlStore) -> None:
+    config = _some_config()
+
+    await store.put_compaction_config(config)
+
+    assert await store.get_compaction_config() == config
+
+
+async def test_put_compaction_config_replaces_the_previous_one(store: SqlStore) -> None:
+    await store.put_compaction_config(_some_config())
+    latest = CompactionConfig(
+        auto=False,
+        prune=True,
+        buffer_tokens=123,
+        keep_tokens=45,
+        tail_turns=6,
+        model="",
+        provider="",
+        circuit_breaker_threshold=7,
+    )
+
+    await store.put_compaction_config(latest)
+
+    assert await store.get_compaction_config() == latest
+
+
+async def test_put_compaction_config_closes_an_open_circuit_breaker(store: SqlStore) -> None:
+    await trip_circuit_breaker(store, failures=5)
+    assert (await store.get_circuit_breaker()).is_open
+
+    await store.put_compaction_config(_some_config())
+
+    breaker = await store.get_circuit_breaker()
+    assert breaker == CircuitBreakerState(consecutive_failures=0, opened_at=None)
+    assert not breaker.is_open
+
+
+async def test_circuit_breaker_reads_back_failures_and_when_it_opened(store: SqlStore) -> None:
+    opened_at = await trip_circuit_breaker(store, failures=4)
+
+    breaker = await store.get_circuit_breaker()
+
+    assert breaker == CircuitBreakerState(consecutive_failures=4, opened_at=opened_at)
+    assert breaker.is_open

@@ -1,0 +1,67 @@
+"""Snapshots of runs in flight: put (upsert), get, list, delete (SEMANTICS §7)."""
+
+from __future__ import annotations
+
+from behest.domain.runs import RunStatus, TokenUsage
+from behest.store.base import DeleteSnapshot, PutSnapshot
+from behest.store.sql.store import SqlStore
+from tests.store.helpers import create, new_id, snapshot
+
+
+async def test_put_snapshot_then_get_returns_it(store: SqlStore) -> None:
+    run = await create(store)
+    saved = snapshot(
+        run,
+        status=RunStatus.WAITING_FOR_TOOLS,
+        iteration=3,
+        usage=TokenUsage(4_000_000_000, 77),
+        model_calls=4,
+        pending_tool_calls=("call_1", "call_2"),
+    )
+
+    await store.apply([PutSnapshot(saved)])
+
+    assert await store.get_snapshot(run.id) == saved
+
+
+async def test_put_snapshot_twice_keeps_one_with_the_latest_values(store: SqlStore) -> None:
+    run = await create(store)
+    first = snapshot(run, status=RunStatus.CALLING_MODEL, iteration=1, pending_tool_calls=("a",))
+    latest = snapshot(run, status=RunStatus.PERSISTING, iteration=2, usage=TokenUsage(9, 8))
+
+    await store.apply([PutSnapshot(first)])
+    await store.apply([PutSnapshot(latest)])
+
+    assert await store.get_snapshot(run.id) == latest
+    assert [s for s in await store.list_snapshots() if s.run_id == run.id] == [latest]
+
+
+async def test_list_snapshots_shows_every_run_in_flight(store: SqlStore) -> None:
+    runs = [await create(store) for _ in range(3)]
+    saved = [snapshot(run, iteration=i) for i, run in enumerate(runs)]
+    await store.apply([PutSnapshot(s) for s in saved])
+
+    listed = {s.run_id: s for s in await store.list_snapshots()}
+
+    assert [listed.get(run.id) for run in runs] == saved
+
+
+async def test_delete_snapshot_removes_it(store: SqlStore) -> None:
+    kept, deleted = await create(store), await create(store)
+    await store.apply([PutSnapshot(snapshot(kept)), PutSnapshot(snapshot(deleted))])
+
+    await store.apply([DeleteSnapshot(deleted.id)])
+
+    assert await store.get_snapshot(deleted.id) is None
+    assert await store.get_snapshot(kept.id) is not None
+    listed = {s.run_id for s in await store.list_snapshots()}
+    assert deleted.id not in listed
+    assert kept.id in listed
+
+
+async def test_delete_of_a_missing_snapshot_is_a_no_op(store: SqlStore) -> None:
+    await store.apply([DeleteSnapshot(new_id())])
+
+
+async def test_get_snapshot_of_unknown_run_is_none(store: SqlStore) -> None:
+    assert await store.get_snapshot(new_id()) is None
