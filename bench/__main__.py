@@ -33,8 +33,16 @@ async def start_server(data_dir: str, database_url: str) -> tuple[asyncio.subpro
     if database_url:
         env["BEHEST_DATABASE_URL"] = database_url
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "behest", "serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir,
-        stderr=asyncio.subprocess.PIPE, env={**env, "BEHEST_LOG_LEVEL": "INFO"},
+        sys.executable,
+        "-m",
+        "behest",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir,
+        stderr=asyncio.subprocess.PIPE,
+        env={**env, "BEHEST_LOG_LEVEL": "INFO"},
     )
     assert process.stderr is not None
     while True:
