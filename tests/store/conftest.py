@@ -1,18 +1,24 @@
 """The store conformance suite's fixtures: every test runs once per backend.
 
 SQLite always runs, on a fresh file per test. PostgreSQL runs when BEHEST_TEST_POSTGRES_URL
-names a database (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test). That database is
-shared and never wiped: tests isolate themselves with fresh uuids, and tests of the single-row
-tables (compaction config, circuit breaker) set every value they then assert.
+names a server (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test): the suite creates its
+own database there for the session, so whatever schema an earlier checkout left in the named
+database cannot interfere, and drops it at the end. Within the session tests isolate themselves
+with fresh uuids, and tests of the single-row tables (compaction config, circuit breaker) set
+every value they then assert.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
 from behest.store.sql.store import SqlStore
 
@@ -33,12 +39,33 @@ BACKENDS = [
 OpenStore = Callable[[], Awaitable[SqlStore]]
 
 
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the BEHEST_TEST_POSTGRES_URL server, dropped after the session."""
+    server = make_url(POSTGRES_URL)
+    name = f"behest_test_{uuid.uuid4().hex[:12]}"
+    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def execute(sql: str) -> None:
+        connection = await asyncpg.connect(admin)
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The database URL of this test's backend: a fresh SQLite file, or the shared PostgreSQL."""
+    """The database URL of this test's backend: a fresh SQLite file, or the session's database."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'behest.db'}"
-    return POSTGRES_URL
+    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
