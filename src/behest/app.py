@@ -21,6 +21,8 @@ from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
 from behest.runs.service import RunService
 from behest.store.sql.store import SqlStore
+from behest.tools.builtin import builtin_tools
+from behest.tools.plugins import plugin_tools
 from behest.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,10 @@ class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.store = SqlStore(settings.effective_database_url)
+        self.tools = ToolRegistry(builtin_tools(read_file_root=settings.read_file_root))
+        if settings.load_tool_plugins:
+            for tool in plugin_tools():
+                self.tools.add(tool)
         self.event_log = EventLog(
             self.store,
             batch_max=settings.commit_batch_max,
@@ -41,9 +47,10 @@ class App:
             store=self.store,
             event_log=self.event_log,
             providers=ProviderRegistry([LocalProvider()]),
-            tools=ToolRegistry(),
+            tools=self.tools,
             limits=LoopLimits(
                 max_iterations=settings.max_iterations,
+                tool_concurrency=settings.tool_concurrency,
                 provider_timeout_s=settings.provider_timeout_s,
                 provider_max_attempts=settings.provider_max_attempts,
                 backoff_initial_s=settings.provider_backoff_initial_s,

@@ -39,6 +39,11 @@ class Settings:
     provider_max_attempts: int = 4
     provider_backoff_initial_s: float = 0.5
     provider_backoff_max_s: float = 8.0
+    # Tools: calls of concurrency-safe tools run this many at once; read_file reads below
+    # read_file_root (off when empty); plugins come from the entry-point group behest.tools.
+    tool_concurrency: int = 4
+    read_file_root: str = ""
+    load_tool_plugins: bool = True
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = 10.0
 

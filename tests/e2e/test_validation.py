@@ -24,6 +24,7 @@ BAD_CREATE = [
     (create_request("x", model="gpt-nothing"), "model"),
     (create_request("x" * 300_000), "input"),
     (create_request("x", client_request_id="k" * 1000), "client_request_id"),
+    (create_request("before\x00after"), "input"),
 ]
 
 

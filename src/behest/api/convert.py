@@ -118,6 +118,10 @@ def run_record(run: Run) -> pb.RunRecord:
         metadata=run.metadata,
         created_at=timestamp(run.created_at),
         updated_at=timestamp(run.updated_at),
+        instructions=run.instructions,
+        tools=list(run.tools),
+        max_iterations=run.max_iterations,
+        tool_choice=run.tool_choice,
     )
 
 

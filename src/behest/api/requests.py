@@ -12,6 +12,8 @@ from behest.errors import InvalidArgument
 
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 100
+MAX_TOOLS = 128
+MAX_ITERATIONS = 1000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,11 +55,15 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunReque
             raise InvalidArgument(f"metadata must be a JSON object: {exc}") from None
         if not isinstance(parsed, dict):
             raise InvalidArgument("metadata must be a JSON object (or empty)")
+    _bounded(request.instructions, "instructions", limits.max_input_bytes)
+    if len(request.tools) > MAX_TOOLS or any(not name.strip() for name in request.tools):
+        raise InvalidArgument(f"tools must be at most {MAX_TOOLS} non-empty tool names")
+    if len(set(request.tools)) != len(request.tools):
+        raise InvalidArgument("tools names a tool twice")
+    if request.max_iterations > MAX_ITERATIONS:
+        raise InvalidArgument(f"max_iterations must be at most {MAX_ITERATIONS}")
+    # Tool names in tool_choice and tools are checked against the registry by the executor.
     tool_choice = request.tool_choice or ToolChoice.AUTO
-    if tool_choice not in set(ToolChoice):
-        raise InvalidArgument(
-            f"tool_choice must be one of auto, none, required; got {request.tool_choice!r}"
-        )
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     return RunRequest(
         session_id=session_id,
@@ -67,6 +73,9 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunReque
         metadata=request.metadata,
         tool_choice=tool_choice,
         client_request_id=request.client_request_id,
+        instructions=request.instructions,
+        tools=tuple(request.tools),
+        max_iterations=request.max_iterations,
     )
 
 
@@ -99,3 +108,6 @@ def _bounded(value: str, field: str, limit: int) -> None:
     size = len(value.encode())
     if size > limit:
         raise InvalidArgument(f"{field} is {size} bytes; the limit is {limit} bytes")
+    if "\x00" in value:
+        # Text is stored as text (PostgreSQL cannot hold NUL), and no model wants one.
+        raise InvalidArgument(f"{field} contains a NUL character (\\u0000)")

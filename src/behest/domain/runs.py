@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -75,12 +77,12 @@ class RunRequest:
     metadata: str = ""
     tool_choice: str = ToolChoice.AUTO
     client_request_id: str = ""
+    instructions: str = ""
+    tools: tuple[str, ...] = ()
+    max_iterations: int = 0
 
     def fingerprint(self) -> str:
         """What must match for a repeated client_request_id to mean the same request."""
-        import hashlib
-        import json
-
         body = json.dumps(
             [
                 self.session_id or "",
@@ -89,6 +91,9 @@ class RunRequest:
                 self.input,
                 self.metadata,
                 self.tool_choice,
+                self.instructions,
+                list(self.tools),
+                self.max_iterations,
             ],
             separators=(",", ":"),
         )
@@ -114,6 +119,9 @@ class Run:
     usage: TokenUsage = field(default_factory=TokenUsage)
     error: str = ""
     traceparent: str = ""
+    instructions: str = ""
+    tools: tuple[str, ...] = ()
+    max_iterations: int = 0
 
 
 @dataclass(frozen=True, slots=True)

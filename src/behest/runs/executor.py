@@ -15,10 +15,19 @@ from datetime import UTC, datetime
 from opentelemetry import trace
 
 from behest.domain import events as ev
-from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.runs import (
+    CreatedRun,
+    FinishReason,
+    Run,
+    RunRequest,
+    RunStatus,
+    TokenUsage,
+    ToolChoice,
+)
 from behest.errors import (
     BehestError,
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
     ResourceExhausted,
     Unavailable,
@@ -74,6 +83,7 @@ class Executor:
     async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
         """Create a run (or find the one its client_request_id names) and start it."""
         self._providers.check(request.provider, request.model)
+        self._check_tools(request)
         if not self._accepting:
             raise Unavailable("the server is shutting down and takes no new runs")
         if len(self._tasks) >= self._max_runs:
@@ -99,6 +109,23 @@ class Executor:
         else:
             span.end()
         return created
+
+    def _check_tools(self, request: RunRequest) -> None:
+        known = self._tools.names()
+        unknown = [name for name in request.tools if name not in known]
+        if unknown:
+            raise InvalidArgument(
+                f"tools: unknown tool {unknown[0]!r} (known: {', '.join(known) or 'none'})"
+            )
+        choice = request.tool_choice
+        if choice in set(ToolChoice):
+            return
+        allowed = request.tools or tuple(known)
+        if choice not in allowed:
+            raise InvalidArgument(
+                f"tool_choice must be auto, none, required or the name of a tool this run may "
+                f"use; got {choice!r}"
+            )
 
     async def cancel(self, run_id: str) -> None:
         """Cancel an active run; returns once RunCancelled is durable."""

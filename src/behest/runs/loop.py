@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolChoice
 from behest.domain.snapshots import Snapshot
 from behest.errors import FailedPrecondition, TransientProviderError
 from behest.events.log import RunLog
@@ -27,8 +27,10 @@ from behest.providers.base import (
     ToolCallArguments,
     ToolCallBegin,
 )
+from behest.runs.doom_loop import DoomLoopDetector
 from behest.store.base import AppendMessage, PutSnapshot, Store, UpdateRun, Write
 from behest.telemetry import tracer
+from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
 
@@ -37,6 +39,7 @@ class LoopLimits:
     """The loop's knobs (from Settings)."""
 
     max_iterations: int = 10
+    tool_concurrency: int = 4
     provider_timeout_s: float = 60.0
     provider_max_attempts: int = 4
     backoff_initial_s: float = 0.5
@@ -83,14 +86,20 @@ class AgentLoop:
         self.iteration = 0
         self.model_calls = 0
         self.usage = TokenUsage()
+        self._max_iterations = run.max_iterations or limits.max_iterations
+        allowed = list(run.tools) or tools.names()
+        # Tools offered to the model; tool_choice "none" offers none, a tool's name all allowed.
+        self._offered = set() if run.tool_choice == ToolChoice.NONE else set(allowed)
+        self._executing: set[str] = set()
+        self._doom_loop = DoomLoopDetector()
 
     async def run(self) -> Outcome:
         await self._start()
         while True:
-            if self.iteration >= self._limits.max_iterations:
+            if self.iteration >= self._max_iterations:
                 raise FailedPrecondition(
                     f"max iterations reached: the model still wanted tools after "
-                    f"{self._limits.max_iterations} iterations"
+                    f"{self._max_iterations} iterations"
                 )
             self.iteration += 1
             await self._log.emit(
@@ -107,8 +116,8 @@ class AgentLoop:
             )
             if not answer.calls:
                 return Outcome(answer.finish_reason, self.iteration, self.usage)
-            for call in answer.calls:
-                await self._execute(call)
+            await self._check_doom_loop(answer.calls)
+            await self._run_tools(answer.calls)
 
     async def _start(self) -> None:
         self._transcript = await self._store.session_messages(self._run.session_id)
@@ -151,8 +160,9 @@ class AgentLoop:
         request = ModelRequest(
             model=self._run.model,
             messages=list(self._transcript),
-            tools=self._tools.definitions() if self._run.tool_choice != "none" else [],
+            tools=self._tools.definitions(sorted(self._offered)),
             tool_choice=self._run.tool_choice,
+            instructions=self._run.instructions,
             call_number=self.model_calls,
         )
         answer = _Answer()
@@ -203,10 +213,46 @@ class AgentLoop:
 
     # --- tools ------------------------------------------------------------------------
 
+    async def _check_doom_loop(self, calls: list[ToolCall]) -> None:
+        for call in calls:
+            description = self._doom_loop.observe(call)
+            if description:
+                await self._log.emit(ev.DoomLoopDetected(description))
+                raise FailedPrecondition(f"doom loop detected: {description}")
+
+    async def _run_tools(self, calls: list[ToolCall]) -> None:
+        """Run a turn's calls: consecutive concurrency-safe ones together, others in order."""
+        parallel: list[ToolCall] = []
+        for call in calls:
+            tool = self._tools.get(call.name)
+            if tool is not None and tool.concurrency_safe and call.name in self._offered:
+                parallel.append(call)
+                continue
+            await self._run_parallel(parallel)
+            parallel = []
+            await self._execute(call)
+        await self._run_parallel(parallel)
+
+    async def _run_parallel(self, calls: list[ToolCall]) -> None:
+        if len(calls) <= 1:
+            for call in calls:
+                await self._execute(call)
+            return
+        slots = asyncio.Semaphore(self._limits.tool_concurrency)
+
+        async def one(call: ToolCall) -> None:
+            async with slots:
+                await self._execute(call)
+
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(one(call))
+
     async def _execute(self, call: ToolCall) -> None:
+        self._executing.add(call.id)
         started = await self._log.emit(
             ev.ToolExecutionStarted(call.id, call.name),
-            state=self._state(RunStatus.WAITING_FOR_TOOLS, pending=(call.id,)),
+            state=self._state(RunStatus.WAITING_FOR_TOOLS),
         )
         # A tool may have side effects: it runs only once its start is durable.
         await asyncio.shield(started)
@@ -214,8 +260,12 @@ class AgentLoop:
         with tracer().start_as_current_span(
             "behest.tool", attributes={"behest.tool": call.name, "behest.call_id": call.id}
         ):
-            result = await self._tools.execute(call)
+            if call.name in self._offered:
+                result = await self._tools.execute(call)
+            else:
+                result = ToolResult(f"tool {call.name!r} is not available in this run", True)
             duration_ms = int((time.monotonic() - began) * 1000)
+            self._executing.discard(call.id)
             message = self._message(
                 Role.TOOL,
                 result.text,
@@ -239,14 +289,15 @@ class AgentLoop:
             run_id=self._run.id,
             position=position,
             role=role,
-            text=text,
+            # Stored text cannot hold NUL (PostgreSQL); a tool reading a binary file may send one.
+            text=text.replace("\x00", "\ufffd"),
             created_at=datetime.now(UTC),
             **fields,  # type: ignore[arg-type]
         )
         self._transcript.append(message)
         return message
 
-    def _state(self, status: RunStatus, *, pending: tuple[str, ...] = ()) -> list[Write]:
+    def _state(self, status: RunStatus) -> list[Write]:
         now = datetime.now(UTC)
         return [
             UpdateRun(
@@ -261,7 +312,7 @@ class AgentLoop:
                     usage=self.usage,
                     updated_at=now,
                     model_calls=self.model_calls,
-                    pending_tool_calls=pending,
+                    pending_tool_calls=tuple(sorted(self._executing)),
                 )
             ),
         ]

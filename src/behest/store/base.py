@@ -49,7 +49,11 @@ Write = AppendEvent | AppendMessage | UpdateRun | PutSnapshot | DeleteSnapshot
 
 
 class Store(Protocol):
-    """Sessions, messages, runs, events, snapshots, idempotency keys and compaction state."""
+    """Sessions, messages, runs, events, snapshots, idempotency keys and compaction state.
+
+    Text handed to the store never contains NUL (PostgreSQL cannot store it): the API rejects
+    it in requests and the loop replaces it in messages.
+    """
 
     async def start(self) -> None:
         """Connect and bring the schema up to date."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,15 +17,45 @@ class ToolResult:
     is_error: bool = False
 
 
+@runtime_checkable
 class Tool(Protocol):
-    """A callable tool. Flags tell the loop what it may do with it."""
+    """A callable tool. Flags tell the loop what it may do with it:
+    `concurrency_safe` calls of one batch may run in parallel; an `idempotent` call may be
+    re-run after a crash; `read_only` tools change nothing outside behest.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters_schema(self) -> dict[str, Any]: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def concurrency_safe(self) -> bool: ...
+    @property
+    def idempotent(self) -> bool: ...
+
+    async def __call__(self, arguments: dict[str, Any]) -> ToolResult | str: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionTool:
+    """A Tool made from an async function of the validated arguments."""
 
     name: str
     description: str
-    parameters_schema: dict[str, Any]
-    timeout_s: float
-    read_only: bool
-    concurrency_safe: bool
-    idempotent: bool
+    parameters_schema: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    function: Callable[[dict[str, Any]], Awaitable[ToolResult | str]]
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    read_only: bool = False
+    concurrency_safe: bool = False
+    idempotent: bool = False
 
-    async def __call__(self, arguments: dict[str, Any]) -> ToolResult: ...
+    async def __call__(self, arguments: dict[str, Any]) -> ToolResult | str:
+        return await self.function(arguments)

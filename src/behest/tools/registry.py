@@ -1,21 +1,40 @@
-"""All tools behest can run, by name, and the one place a tool call is executed."""
+"""All tools behest can run, by name, and the one place a tool call is validated and run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Iterable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from behest.domain.messages import ToolCall
 from behest.providers.base import ToolDefinition
 from behest.tools.base import Tool, ToolResult
+from behest.tools.output import truncate
 
 
 class ToolRegistry:
     """Tools by name; `execute` turns every failure into an error result the model sees."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
-        self._tools = {tool.name: tool for tool in tools}
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Draft202012Validator] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        """Register a tool; its schema must be valid JSON Schema and its name unique."""
+        if tool.name in self._tools:
+            raise ValueError(f"two tools are named {tool.name!r}")
+        try:
+            Draft202012Validator.check_schema(tool.parameters_schema)
+        except SchemaError as exc:
+            raise ValueError(f"tool {tool.name!r} has an invalid schema: {exc.message}") from None
+        self._tools[tool.name] = tool
+        self._validators[tool.name] = Draft202012Validator(tool.parameters_schema)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -24,23 +43,46 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def definitions(self, names: Iterable[str] | None = None) -> list[ToolDefinition]:
-        chosen = self._tools.values() if names is None else (self._tools[n] for n in names)
-        return [ToolDefinition(t.name, t.description, t.parameters_schema) for t in chosen]
+        """Tools as offered to a model: all of them, or the named ones."""
+        chosen = self.names() if names is None else names
+        return [
+            ToolDefinition(t.name, t.description, t.parameters_schema)
+            for t in (self._tools[n] for n in chosen if n in self._tools)
+        ]
 
     async def execute(self, call: ToolCall) -> ToolResult:
+        """Validate the call's arguments against the tool's schema, run it, bound its output."""
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self.names()) or "none"
             return ToolResult(f"tool {call.name!r} not found (available: {known})", is_error=True)
+        arguments, problem = self._arguments(call)
+        if problem:
+            return ToolResult(problem, is_error=True)
+        try:
+            result = await asyncio.wait_for(tool(arguments), tool.timeout_s)
+        except TimeoutError:
+            return ToolResult(f"tool {call.name!r} timed out after {tool.timeout_s:g} s", True)
+        except Exception as exc:  # a tool's crash is the model's to react to, not the run's
+            return ToolResult(f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", True)
+        if isinstance(result, str):
+            result = ToolResult(result)
+        if not isinstance(result, ToolResult) or not isinstance(result.text, str):
+            return ToolResult(f"tool {call.name!r} returned invalid output (not text)", True)
+        return ToolResult(truncate(result.text), result.is_error)
+
+    def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str]:
         try:
             arguments = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:
-            return ToolResult(f"arguments are not valid JSON: {exc}", is_error=True)
+            return {}, f"arguments of {call.name!r} are not valid JSON: {exc}"
         if not isinstance(arguments, dict):
-            return ToolResult("arguments must be a JSON object", is_error=True)
-        try:
-            return await asyncio.wait_for(tool(arguments), tool.timeout_s)
-        except TimeoutError:
-            return ToolResult(f"tool {call.name!r} timed out after {tool.timeout_s:g} s", True)
-        except Exception as exc:  # a tool's crash is the model's problem to react to
-            return ToolResult(f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", True)
+            return {}, f"arguments of {call.name!r} must be a JSON object"
+        errors = sorted(self._validators[call.name].iter_errors(arguments), key=str)
+        if errors:
+            where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+            return {}, (
+                f"arguments of {call.name!r} do not match its schema at {where}: "
+                f"{errors[0].message}"
+            )
+        return arguments, ""

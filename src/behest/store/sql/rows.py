@@ -35,6 +35,9 @@ def run_from_row(row: Any) -> Run:
         usage=TokenUsage(row.input_tokens, row.output_tokens),
         error=row.error,
         traceparent=row.traceparent,
+        instructions=row.instructions,
+        tools=tuple(json.loads(row.tools)),
+        max_iterations=row.max_iterations,
     )
 
 

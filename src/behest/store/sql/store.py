@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -171,6 +172,9 @@ class SqlStore:
             "output_tokens": 0,
             "error": "",
             "traceparent": traceparent,
+            "instructions": request.instructions,
+            "tools": json.dumps(list(request.tools)),
+            "max_iterations": request.max_iterations,
         }
         await conn.execute(sa.insert(t.runs).values(**values))
         run = await self._get_run(conn, run_id)

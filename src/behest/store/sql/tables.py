@@ -63,6 +63,10 @@ runs = sa.Table(
     sa.Column("output_tokens", sa.BigInteger, nullable=False),
     sa.Column("error", sa.Text, nullable=False),
     sa.Column("traceparent", sa.String(64), nullable=False),
+    # Per-run options (migration 0002); tools is a JSON list of names.
+    sa.Column("instructions", sa.Text, nullable=False, server_default=""),
+    sa.Column("tools", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("max_iterations", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
 )

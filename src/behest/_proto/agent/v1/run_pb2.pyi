@@ -495,11 +495,19 @@ class RunRecord(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    INSTRUCTIONS_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    MAX_ITERATIONS_FIELD_NUMBER: _builtins.int
+    TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
     metadata: _builtins.str
     """JSON object given at creation."""
+    instructions: _builtins.str
+    """Added in behest 0.4: the run's options as given at creation (defaults filled in)."""
+    max_iterations: _builtins.int
+    tool_choice: _builtins.str
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
@@ -508,6 +516,8 @@ class RunRecord(_message.Message):
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -519,10 +529,14 @@ class RunRecord(_message.Message):
         metadata: _builtins.str = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        instructions: _builtins.str = ...,
+        tools: _abc.Iterable[_builtins.str] | None = ...,
+        max_iterations: _builtins.int = ...,
+        tool_choice: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "model", b"model", "provider", b"provider", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -581,19 +595,30 @@ class CreateRunRequest(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     CLIENT_REQUEST_ID_FIELD_NUMBER: _builtins.int
+    INSTRUCTIONS_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    MAX_ITERATIONS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
     metadata: _builtins.str
     """Optional JSON object stored with the run."""
     tool_choice: _builtins.str
-    """"auto" (default), "none" or "required"."""
+    """"auto" (default), "none", "required", or the name of the one tool the model must call."""
     client_request_id: _builtins.str
     """Optional idempotency key: the same key and request give the same run."""
+    instructions: _builtins.str
+    """Added in behest 0.4. A system instruction for this run, placed before the transcript."""
+    max_iterations: _builtins.int
+    """Added in behest 0.4. Model calls before the run fails; 0 means the server default (10)."""
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
     def model(self) -> _common_pb2.ModelName: ...
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Added in behest 0.4. Names of the tools this run may use; empty means all."""
+
     def __init__(
         self,
         *,
@@ -604,10 +629,13 @@ class CreateRunRequest(_message.Message):
         metadata: _builtins.str = ...,
         tool_choice: _builtins.str = ...,
         client_request_id: _builtins.str = ...,
+        instructions: _builtins.str = ...,
+        tools: _abc.Iterable[_builtins.str] | None = ...,
+        max_iterations: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "provider", b"provider"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_request_id", b"client_request_id", "input", b"input", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_request_id", b"client_request_id", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
