@@ -15,6 +15,9 @@ retry); once the steps run out it answers "done". A step's fields, all optional:
     retry_after_s number  the Retry-After hint of a rate_limited error
     finish        str     stop | length | tool_calls; default tool_calls if the step has
                           tool calls, else stop
+    say           str     answer with what the model was given, so tests can see it:
+                          tool_results (this turn's tool messages), tools (offered tools and
+                          tool_choice), history (the transcript's roles), instructions
 
 Usage is a deterministic estimate: input tokens = (characters of every request message's
 text and tool-call arguments) // 4 + 1; output tokens = the number of text chunks and
@@ -27,7 +30,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, TokenUsage
@@ -58,8 +61,9 @@ _FINISH = {
     "tool_calls": FinishReason.TOOL_CALLS,
 }
 _ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
+_SAYINGS = ("tool_results", "tools", "history", "instructions")
 _STEP_FIELDS = frozenset(
-    {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish"}
+    {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish", "say"}
 )
 _SCRIPT_SHAPE = (
     'expected a JSON object {"steps": [{"text": "...", "tool_calls": [{"name": "...", '
@@ -78,6 +82,7 @@ class ScriptStep:
     error: str = ""
     retry_after_s: float | None = None
     finish: FinishReason | None = None
+    say: str = ""
 
 
 class LocalProvider:
@@ -107,6 +112,8 @@ class LocalProvider:
             steps = parse_script(last_user)
             n = request.call_number
             step = steps[n - 1] if 1 <= n <= len(steps) else ScriptStep(text="done")
+        if step.say:
+            step = replace(step, text=_say(step.say, request))
         async for delta in self._play(step, request):
             yield delta
 
@@ -185,6 +192,9 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
     error = raw.get("error", "")
     retry_after = raw.get("retry_after_s")
     finish = raw.get("finish")
+    say = raw.get("say", "")
+    if say and say not in _SAYINGS:
+        raise _script_error(f"{where}.say must be one of {', '.join(_SAYINGS)}")
     if not isinstance(text, str):
         raise _script_error(f"{where}.text must be a string")
     if not _is_int(deltas) or deltas < 0:
@@ -205,6 +215,7 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
         error=error,
         retry_after_s=None if retry_after is None else float(retry_after),
         finish=None if finish is None else _FINISH[finish],
+        say=say,
     )
 
 
@@ -240,6 +251,32 @@ def _last_user_text(messages: list[Message]) -> str:
         if message.role == Role.USER:
             return message.text
     return ""
+
+
+def _say(what: str, request: ModelRequest) -> str:
+    """What the model was given, as text (the `say` step field)."""
+    messages = request.messages
+    match what:
+        case "tool_results":
+            last = max((i for i, m in enumerate(messages) if m.role == Role.ASSISTANT), default=-1)
+            results = [
+                f"{m.tool_name}: {'error: ' if m.is_error else ''}{m.text}"
+                for m in messages[last + 1 :]
+                if m.role == Role.TOOL
+            ]
+            return "\n".join(results) or "no tool results"
+        case "tools":
+            names = ", ".join(t.name for t in request.tools) or "none"
+            return f"tools: {names} (choice: {request.tool_choice})"
+        case "history":
+            return " ".join(
+                f"{m.role.value}[{','.join(c.name for c in m.tool_calls) or m.tool_name}]"
+                if m.tool_calls or m.tool_name
+                else m.role.value
+                for m in messages
+            )
+        case _:
+            return request.instructions or "no instructions"
 
 
 def _estimate_input_tokens(messages: list[Message]) -> int:

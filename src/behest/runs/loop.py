@@ -260,7 +260,7 @@ class AgentLoop:
         with tracer().start_as_current_span(
             "behest.tool", attributes={"behest.tool": call.name, "behest.call_id": call.id}
         ):
-            if call.name in self._offered:
+            if call.name in self._offered or self._tools.get(call.name) is None:
                 result = await self._tools.execute(call)
             else:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)

@@ -1,0 +1,61 @@
+"""A tool plugin for behest's tests (found through its entry point, not imported by tests)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from behest.tools.base import FunctionTool, Tool, ToolResult
+
+SECONDS = {
+    "type": "object",
+    "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 30}},
+    "required": ["seconds"],
+    "additionalProperties": False,
+}
+
+
+async def _sleep(arguments: dict[str, Any]) -> str:
+    await asyncio.sleep(arguments["seconds"])
+    return f"slept {arguments['seconds']}"
+
+
+async def _explode(arguments: dict[str, Any]) -> str:
+    raise RuntimeError("kaboom")
+
+
+async def _not_text(arguments: dict[str, Any]) -> Any:
+    return 42
+
+
+async def _binary(arguments: dict[str, Any]) -> ToolResult:
+    return ToolResult("\x7fELF\x00\x01")
+
+
+def all_tools() -> list[Tool]:
+    return [
+        FunctionTool(
+            name="slow_safe",
+            description="Sleeps; safe to run alongside others.",
+            parameters_schema=SECONDS,
+            function=_sleep,
+            concurrency_safe=True,
+            read_only=True,
+        ),
+        FunctionTool(
+            name="slow_unsafe",
+            description="Sleeps; must run alone.",
+            parameters_schema=SECONDS,
+            function=_sleep,
+        ),
+        FunctionTool(name="explode", description="Always raises.", function=_explode),
+        FunctionTool(
+            name="too_slow",
+            description="Sleeps past its timeout.",
+            parameters_schema=SECONDS,
+            function=_sleep,
+            timeout_s=0.2,
+        ),
+        FunctionTool(name="not_text", description="Returns a number.", function=_not_text),
+        FunctionTool(name="binary", description="Returns a NUL byte.", function=_binary),
+    ]
