@@ -15,8 +15,7 @@ from behest.api.requests import RequestLimits
 from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.events.log import EventLog
-from behest.providers.local import LocalProvider
-from behest.providers.registry import ProviderRegistry
+from behest.providers.factory import build_registry
 from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
 from behest.runs.service import RunService
@@ -46,15 +45,15 @@ class App:
         self.executor = Executor(
             store=self.store,
             event_log=self.event_log,
-            providers=ProviderRegistry([LocalProvider()]),
+            providers=build_registry(
+                settings.providers,
+                retry=settings.retry_policy,
+                timeout_s=settings.provider_timeout_s,
+            ),
             tools=self.tools,
             limits=LoopLimits(
                 max_iterations=settings.max_iterations,
                 tool_concurrency=settings.tool_concurrency,
-                provider_timeout_s=settings.provider_timeout_s,
-                provider_max_attempts=settings.provider_max_attempts,
-                backoff_initial_s=settings.provider_backoff_initial_s,
-                backoff_max_s=settings.provider_backoff_max_s,
             ),
             max_concurrent_runs=settings.max_concurrent_runs,
         )

@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from behest.providers.config import ProviderConfig, RetryPolicy, parse_providers
+
 DEFAULT_LISTEN = "127.0.0.1:50051"
 
 
@@ -44,6 +46,8 @@ class Settings:
     tool_concurrency: int = 4
     read_file_root: str = ""
     load_tool_plugins: bool = True
+    # Model providers besides `local` ([providers.NAME] tables of the settings file).
+    providers: tuple[ProviderConfig, ...] = ()
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = 10.0
 
@@ -52,9 +56,11 @@ class Settings:
         """Defaults, then the TOML file (BEHEST_CONFIG if not given), then env, then overrides."""
         settings = cls()
         path = config_file or os.environ.get("BEHEST_CONFIG")
+        tables: dict[str, Any] = {}
         if path:
             with Path(path).open("rb") as fh:
                 data = tomllib.load(fh)
+            tables = {k: v for k, v in data.items() if isinstance(v, dict) and k != "behest"}
             settings = settings.with_values(data.get("behest", data), source=str(path))
         env = {
             f.name: os.environ[f"BEHEST_{f.name.upper()}"]
@@ -62,8 +68,33 @@ class Settings:
             if f"BEHEST_{f.name.upper()}" in os.environ
         }
         settings = settings.with_values(env, source="environment")
-        return settings.with_values(
+        settings = settings.with_values(
             {k: v for k, v in overrides.items() if v is not None}, source="arguments"
+        )
+        return settings.with_tables(tables, source=str(path))
+
+    def with_tables(self, tables: dict[str, Any], *, source: str) -> Settings:
+        """A copy with the settings file's tables ([providers.*]) parsed."""
+        unknown = sorted(set(tables) - {"providers"})
+        if unknown:
+            raise ValueError(f"{source}: unknown table(s) {unknown}")
+        try:
+            providers = parse_providers(
+                tables.get("providers", {}),
+                defaults=self.retry_policy,
+                timeout_s=self.provider_timeout_s,
+            )
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+        return replace(self, providers=tuple(providers))
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The default retry policy of providers that set none."""
+        return RetryPolicy(
+            max_attempts=self.provider_max_attempts,
+            backoff_initial_s=self.provider_backoff_initial_s,
+            backoff_max_s=self.provider_backoff_max_s,
         )
 
     def with_values(self, values: dict[str, Any], *, source: str) -> Settings:
@@ -71,9 +102,9 @@ class Settings:
         known = {f.name: f for f in fields(self)}
         changes: dict[str, Any] = {}
         for name, raw in values.items():
-            if name not in known:
+            if name not in known or name == "providers":
                 if isinstance(raw, dict):
-                    continue  # sections for later features (providers, tools)
+                    continue  # tables are parsed by with_tables
                 raise ValueError(f"{source}: unknown setting {name!r}")
             kind = type(getattr(self, name))
             try:

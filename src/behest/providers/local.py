@@ -88,9 +88,8 @@ class ScriptStep:
 class LocalProvider:
     """Offline provider for tests, demos and benchmarks; never touches the network."""
 
-    name = "local"
-
-    def __init__(self, *, chunk_delay_s: float = 0.0) -> None:
+    def __init__(self, *, name: str = "local", chunk_delay_s: float = 0.0) -> None:
+        self.name = name
         # Default pause before each delta; a script step's delay_ms overrides it.
         self._chunk_delay_s = chunk_delay_s
 
@@ -235,7 +234,7 @@ def _parse_tool_calls(where: str, raw: object) -> tuple[tuple[str, str], ...]:
 
 
 def _script_error(problem: str) -> PermanentProviderError:
-    return PermanentProviderError(LocalProvider.name, f"model 'script': {problem}; {_SCRIPT_SHAPE}")
+    return PermanentProviderError("local", f"model 'script': {problem}; {_SCRIPT_SHAPE}")
 
 
 def _is_int(value: object) -> bool:

@@ -6,24 +6,46 @@ from collections.abc import Iterable
 
 from behest.errors import InvalidArgument
 from behest.providers.base import Provider
+from behest.providers.config import ModelInfo, ProviderConfig, RetryPolicy
 
 
 class ProviderRegistry:
     """Looks providers up by name and checks the models they offer."""
 
-    def __init__(self, providers: Iterable[Provider]) -> None:
-        self._providers = {p.name: p for p in providers}
+    def __init__(self, providers: Iterable[tuple[Provider, ProviderConfig]]) -> None:
+        self._providers = {config.name: (provider, config) for provider, config in providers}
+
+    def names(self) -> list[str]:
+        return sorted(self._providers)
 
     def get(self, name: str) -> Provider:
-        provider = self._providers.get(name)
-        if provider is None:
-            known = ", ".join(sorted(self._providers))
-            raise InvalidArgument(f"provider: unknown provider {name!r} (known: {known})")
-        return provider
+        return self._entry(name)[0]
+
+    def config(self, name: str) -> ProviderConfig:
+        return self._entry(name)[1]
+
+    def retry_policy(self, name: str) -> RetryPolicy:
+        return self._entry(name)[1].retry
+
+    def model_info(self, name: str, model: str) -> ModelInfo:
+        return self._entry(name)[1].model_info(model)
 
     def check(self, name: str, model: str) -> None:
         """Raise InvalidArgument unless `name` is configured and offers `model`."""
-        provider = self.get(name)
+        provider, config = self._entry(name)
         check_model = getattr(provider, "check_model", None)
         if check_model is not None:
             check_model(model)
+        elif config.models and model not in config.models:
+            known = ", ".join(sorted(config.models))
+            raise InvalidArgument(
+                f"model: unknown model {model!r} for provider {name!r} (known: {known})"
+            )
+
+    def _entry(self, name: str) -> tuple[Provider, ProviderConfig]:
+        entry = self._providers.get(name)
+        if entry is None:
+            raise InvalidArgument(
+                f"provider: unknown provider {name!r} (known: {', '.join(self.names())})"
+            )
+        return entry

@@ -192,6 +192,7 @@ class Executor:
                     log=run_log,
                     store=self._store,
                     provider=self._providers.get(run.provider),
+                    provider_config=self._providers.config(run.provider),
                     tools=self._tools,
                     limits=self._limits,
                 )

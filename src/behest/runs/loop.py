@@ -27,6 +27,7 @@ from behest.providers.base import (
     ToolCallArguments,
     ToolCallBegin,
 )
+from behest.providers.config import ProviderConfig
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.store.base import AppendMessage, PutSnapshot, Store, UpdateRun, Write
 from behest.telemetry import tracer
@@ -36,14 +37,10 @@ from behest.tools.registry import ToolRegistry
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopLimits:
-    """The loop's knobs (from Settings)."""
+    """The loop's knobs (from Settings); retries and timeouts come from the provider's config."""
 
     max_iterations: int = 10
     tool_concurrency: int = 4
-    provider_timeout_s: float = 60.0
-    provider_max_attempts: int = 4
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 8.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +70,7 @@ class AgentLoop:
         log: RunLog,
         store: Store,
         provider: Provider,
+        provider_config: ProviderConfig,
         tools: ToolRegistry,
         limits: LoopLimits,
     ) -> None:
@@ -81,6 +79,9 @@ class AgentLoop:
         self._store = store
         self._transcript: list[Message] = []
         self._provider = provider
+        self._retry = provider_config.retry
+        self._timeout_s = provider_config.timeout_s
+        self._max_output_tokens = provider_config.model_info(run.model).max_output_tokens
         self._tools = tools
         self._limits = limits
         self.iteration = 0
@@ -150,7 +151,7 @@ class AgentLoop:
                 ):
                     return await self._stream_answer()
             except TransientProviderError as exc:
-                if attempt >= self._limits.provider_max_attempts:
+                if attempt >= self._retry.max_attempts:
                     raise TransientProviderError(
                         exc.provider, f"{_reason(exc)}; gave up after {attempt} attempts"
                     ) from exc
@@ -163,13 +164,14 @@ class AgentLoop:
             tools=self._tools.definitions(sorted(self._offered)),
             tool_choice=self._run.tool_choice,
             instructions=self._run.instructions,
+            max_output_tokens=self._max_output_tokens,
             call_number=self.model_calls,
         )
         answer = _Answer()
         text: list[str] = []
         open_calls: dict[str, list[str]] = {}
         names: dict[str, str] = {}
-        idle = self._limits.provider_timeout_s
+        idle = self._timeout_s
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(idle) as deadline:
@@ -207,7 +209,7 @@ class AgentLoop:
         open_calls.clear()
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        delay = min(self._limits.backoff_max_s, self._limits.backoff_initial_s * 2 ** (attempt - 1))
+        delay = min(self._retry.backoff_max_s, self._retry.backoff_initial_s * 2 ** (attempt - 1))
         delay *= random.uniform(0.5, 1.0)
         return max(delay, retry_after or 0.0)
 
