@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tests import network_guard
 from tests.support import Server, fast_settings, start_server, stop_server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    network_guard.install()
 
 
 @pytest.fixture
