@@ -21,6 +21,7 @@ from behest.runs.loop import LoopLimits
 from behest.runs.service import RunService
 from behest.store.sql.store import SqlStore
 from behest.tools.builtin import builtin_tools
+from behest.tools.mcp import McpToolSource
 from behest.tools.plugins import plugin_tools
 from behest.tools.registry import ToolRegistry
 
@@ -34,6 +35,7 @@ class App:
         self.settings = settings
         self.store = SqlStore(settings.effective_database_url)
         self.tools = ToolRegistry(builtin_tools(read_file_root=settings.read_file_root))
+        self.mcp = McpToolSource(settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s)
         if settings.load_tool_plugins:
             for tool in plugin_tools():
                 self.tools.add(tool)
@@ -78,12 +80,23 @@ class App:
 
     async def start(self) -> None:
         telemetry.setup()
+        await self.mcp.start()
+        for tool in self.mcp.tools():
+            self.tools.add(tool)
         await self.store.start()
         await self.event_log.start()
         await self.executor.recover()
         await self.server.start()
         self._started = True
-        log.info("behest serving", extra={"listen": self.settings.listen, "port": self.port})
+        log.info(
+            "behest serving",
+            extra={
+                "listen": self.settings.listen,
+                "port": self.port,
+                "tools": self.tools.names(),
+                "mcp_servers": self.mcp.status(),
+            },
+        )
 
     async def stop(self, grace_s: float | None = None) -> None:
         if self._stopped:
@@ -97,6 +110,7 @@ class App:
         await self.server.stop(1.0)
         await self.event_log.stop()
         await self.store.close()
+        await self.mcp.stop()
         log.info("behest stopped")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from behest.providers.config import ProviderConfig, RetryPolicy, parse_providers
+from behest.tools.mcp import McpServerConfig, parse_mcp_servers
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 
@@ -48,6 +49,10 @@ class Settings:
     load_tool_plugins: bool = True
     # Model providers besides `local` ([providers.NAME] tables of the settings file).
     providers: tuple[ProviderConfig, ...] = ()
+    # MCP servers whose tools behest offers ([mcp.servers.NAME] tables), and how long each
+    # may take to start before it is reported failed.
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    mcp_start_timeout_s: float = 30.0
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = 10.0
 
@@ -75,7 +80,7 @@ class Settings:
 
     def with_tables(self, tables: dict[str, Any], *, source: str) -> Settings:
         """A copy with the settings file's tables ([providers.*]) parsed."""
-        unknown = sorted(set(tables) - {"providers"})
+        unknown = sorted(set(tables) - {"providers", "mcp"})
         if unknown:
             raise ValueError(f"{source}: unknown table(s) {unknown}")
         try:
@@ -84,9 +89,13 @@ class Settings:
                 defaults=self.retry_policy,
                 timeout_s=self.provider_timeout_s,
             )
+            mcp = tables.get("mcp", {})
+            if set(mcp) - {"servers"}:
+                raise ValueError("the [mcp] table may only hold [mcp.servers.NAME] tables")
+            mcp_servers = parse_mcp_servers(mcp.get("servers", {}))
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
-        return replace(self, providers=tuple(providers))
+        return replace(self, providers=tuple(providers), mcp_servers=tuple(mcp_servers))
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -102,7 +111,7 @@ class Settings:
         known = {f.name: f for f in fields(self)}
         changes: dict[str, Any] = {}
         for name, raw in values.items():
-            if name not in known or name == "providers":
+            if name not in known or name in ("providers", "mcp_servers"):
                 if isinstance(raw, dict):
                     continue  # tables are parsed by with_tables
                 raise ValueError(f"{source}: unknown setting {name!r}")

@@ -1,0 +1,53 @@
+"""A run calls a tool of an MCP server named in the settings file, and the model sees it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from behest.config import Settings
+from tests.support import collect, create_request, kind, script, start_server, stop_server
+
+ECHO_SERVER = Path(__file__).parents[1] / "mcp_servers" / "echo_server.py"
+
+
+def settings_file(tmp_path: Path, servers: str) -> Path:
+    path = tmp_path / "behest.toml"
+    path.write_text(
+        f'listen = "127.0.0.1:0"\ndata_dir = "{tmp_path / "data"}"\n'
+        "provider_backoff_initial_s = 0.01\nshutdown_grace_s = 0\n" + servers
+    )
+    return path
+
+
+async def test_a_run_calls_an_mcp_tool_and_the_model_sees_its_result(tmp_path: Path) -> None:
+    config = settings_file(
+        tmp_path,
+        f'[mcp.servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n',
+    )
+    server = await start_server(Settings.load(config_file=str(config)))
+    try:
+        steps = script(
+            {"tool_calls": [{"name": "echo__add", "arguments": {"a": 2, "b": 40}}]},
+            {"say": "tool_results"},
+        )
+        events = await collect(server.runs.CreateRunStream(create_request(steps, model="script")))
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    last_turn = max(i for i, e in enumerate(events) if kind(e) == "model_started")
+    said = "".join(e.text_delta.delta for e in events[last_turn:] if kind(e) == "text_delta")
+    assert said == "echo__add: 42"
+
+
+async def test_an_mcp_server_that_fails_to_start_does_not_take_behest_down(
+    tmp_path: Path,
+) -> None:
+    config = settings_file(tmp_path, '[mcp.servers.broken]\ncommand = "/nonexistent/mcp-server"\n')
+    server = await start_server(Settings.load(config_file=str(config)))
+    try:
+        assert server.app.mcp.status()["broken"].startswith("failed")
+        events = await collect(server.runs.CreateRunStream(create_request("still serving")))
+        assert kind(events[-1]) == "run_completed"
+    finally:
+        await stop_server(server)

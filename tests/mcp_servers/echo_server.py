@@ -1,0 +1,77 @@
+"""A small MCP server for behest's tests, written with the SDK's MCPServer.
+
+python echo_server.py            # stdio
+python echo_server.py --http     # streamable HTTP on 127.0.0.1, ephemeral port;
+                                 # prints "PORT <n>" on stdout once listening
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import anyio
+from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+server = MCPServer("echo")
+
+
+@server.tool(
+    description="Add two integers.",
+    annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+)
+def add(a: int, b: int) -> str:
+    return str(a + b)
+
+
+@server.tool(description="Upper-case a text.")
+def shout(text: str) -> str:
+    return text.upper() + "!"
+
+
+@server.tool(description="Fail on purpose.")
+def fail(reason: str) -> str:
+    raise ToolError(reason)
+
+
+@server.tool(description="Return a tiny image and a caption.", structured_output=False)
+def picture() -> list[object]:
+    return ["a red dot", Image(data=b"\x89PNG\r\n\x1a\n", format="png")]
+
+
+@server.tool(description="Sleep for some seconds, then answer.")
+async def slow(seconds: float) -> str:
+    await anyio.sleep(seconds)
+    return "done"
+
+
+@server.tool(description="This server's process id.")
+def pid() -> str:
+    return str(os.getpid())
+
+
+@server.tool(description="Kill this server process at once.")
+def exit_now() -> str:
+    os._exit(3)
+
+
+async def _serve_http() -> None:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    app = server.streamable_http_app()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    if "--http" in sys.argv:
+        anyio.run(_serve_http)
+    else:
+        server.run("stdio")
