@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,19 @@ def fast_settings(data_dir: Path, **overrides: object) -> Settings:
     }
     values.update(overrides)
     return Settings().with_values(values, source="tests")
+
+
+PLUGIN_PATH = Path(__file__).parent / "plugin_path"
+
+
+async def start_server_with_plugins(settings: Settings) -> Server:
+    """A server with the test tool plugin installed (found through its entry point)."""
+    sys.path.insert(0, str(PLUGIN_PATH))
+    importlib.invalidate_caches()
+    try:
+        return await start_server(settings)
+    finally:
+        sys.path.remove(str(PLUGIN_PATH))
 
 
 async def start_server(settings: Settings) -> Server:

@@ -58,6 +58,9 @@ class App:
                 tool_concurrency=settings.tool_concurrency,
             ),
             max_concurrent_runs=settings.max_concurrent_runs,
+            node_id=settings.node_id,
+            lease_s=settings.run_lease_s,
+            resume_runs=settings.resume_runs,
         )
         self.runs = RunService(store=self.store, event_log=self.event_log, executor=self.executor)
         self.server = ApiServer(
@@ -85,7 +88,7 @@ class App:
             self.tools.add(tool)
         await self.store.start()
         await self.event_log.start()
-        await self.executor.recover()
+        await self.executor.start()
         await self.server.start()
         self._started = True
         log.info(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,14 @@ class Settings:
     # may take to start before it is reported failed.
     mcp_servers: tuple[McpServerConfig, ...] = ()
     mcp_start_timeout_s: float = 30.0
+    # This node's name in run claims; replicas sharing a database need distinct names.
+    node_id: str = field(default_factory=socket.gethostname)
+    # How long a node's claim on a run lasts without renewal (renewed every third of it);
+    # runs of a node gone silent that long are resumed by another.
+    run_lease_s: float = 30.0
+    # Resume interrupted runs at start-up (and adopt those of vanished nodes). Off: they wait
+    # in ListSnapshots until resumed by a later start, cancelled, or abandoned (DeleteSnapshot).
+    resume_runs: bool = True
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = 10.0
 

@@ -56,12 +56,18 @@ async def server_process(data_dir: Path) -> AsyncIterator[tuple[asyncio.subproce
 
 
 async def test_runs_and_events_survive_kill_9_and_restart(tmp_path: Path) -> None:
-    slow = script({"text": " ".join(f"w{i}" for i in range(400)), "delay_ms": 10})
+    # A model call cut by the crash is repeated after the restart, as the run's next call.
+    slow = script(
+        {"text": " ".join(f"w{i}" for i in range(400)), "delay_ms": 10},
+        {"text": "finished after the crash", "delay_ms": 5},
+    )
     seen: dict[str, list[pb.AgentEvent]] = {}
     async with server_process(tmp_path) as (process, address):
         async with grpc.aio.insecure_channel(address) as channel:
             stub = rpc.RunServiceStub(channel)
-            streams = [stub.CreateRunStream(create_request(slow, model="script")) for _ in range(4)]
+            streams = [
+                stub.CreateRunStream(create_request(slow, model="script")) for _ in range(10)
+            ]
             for stream in streams:
                 events = []
                 async for event in stream:
@@ -91,5 +97,16 @@ async def test_runs_and_events_survive_kill_9_and_restart(tmp_path: Path) -> Non
                 )
                 assert everything[: len(before)] == before
                 assert [kind(e) in TERMINAL for e in everything].count(True) == 1
+                assert kind(everything[-1]) == "run_completed"
+                last_call = max(i for i, e in enumerate(everything) if kind(e) == "model_started")
+                assert everything[last_call].model_started.iteration == 1
+                text = [
+                    e.text_delta.delta for e in everything[last_call:] if kind(e) == "text_delta"
+                ]
+                assert "".join(text) == "finished after the crash"
                 run = await stub.GetRun(pb.GetRunRequest(run_id=run_id))
-                assert run.run.status in (7, 8, 9)
+                assert run.run.status == 7
+            snapshots = await rpc.SnapshotServiceStub(channel).ListSnapshots(
+                pb.ListSnapshotsRequest()
+            )
+            assert list(snapshots.snapshots) == []

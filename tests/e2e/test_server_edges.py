@@ -75,13 +75,22 @@ async def test_a_client_deadline_bounds_the_rpc_not_the_run(server: Server) -> N
     assert kind(rest[-1]) == "run_completed"
 
 
-async def test_sigterm_stops_the_server_and_the_next_start_ends_interrupted_runs(
+async def test_sigterm_leaves_runs_resumable_and_the_next_start_finishes_them(
     tmp_path: Path,
 ) -> None:
     async with server_process(tmp_path) as (process, address):
         async with grpc.aio.insecure_channel(address) as channel:
             stub = rpc.RunServiceStub(channel)
-            created = await stub.CreateRun(create_request(SLOW, model="script"))
+            # The repeated model call is the run's second call: the script plays step 2.
+            steps = script(
+                {"text": " ".join(f"w{i}" for i in range(100)), "delay_ms": 20},
+                {"text": "answer after the restart"},
+            )
+            created = await stub.CreateRun(create_request(steps, model="script"))
+            watcher = stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+            async for event in watcher:
+                if kind(event) == "text_delta":
+                    break
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(15):
                 assert await process.wait() == 0
@@ -92,8 +101,11 @@ async def test_sigterm_stops_the_server_and_the_next_start_ends_interrupted_runs
                 stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
             )
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
-    assert kind(events[-1]) == "run_failed"
-    assert "interrupted" in events[-1].run_failed.error
+    assert kind(events[-1]) == "run_completed"
+    starts = [i for i, e in enumerate(events) if kind(e) == "model_started"]
+    assert [events[i].model_started.iteration for i in starts] == [1, 1]
+    text = "".join(e.text_delta.delta for e in events[starts[-1] :] if kind(e) == "text_delta")
+    assert text == "answer after the restart"
 
 
 async def test_cli_run_streams_the_answer_and_prints_the_run_id(server: Server) -> None:

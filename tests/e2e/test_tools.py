@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,22 +17,15 @@ from tests.support import (
     fast_settings,
     kind,
     script,
-    start_server,
+    start_server_with_plugins,
     stop_server,
 )
-
-PLUGIN_PATH = Path(__file__).parent.parent / "plugin_path"
 
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    """A server with the test plugin package installed (on sys.path, found by entry point)."""
-    sys.path.insert(0, str(PLUGIN_PATH))
-    importlib.invalidate_caches()
-    try:
-        running = await start_server(fast_settings(tmp_path))
-    finally:
-        sys.path.remove(str(PLUGIN_PATH))
+    """A server with the test plugin package installed (found through its entry point)."""
+    running = await start_server_with_plugins(fast_settings(tmp_path))
     try:
         yield running
     finally:

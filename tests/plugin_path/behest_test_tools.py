@@ -48,6 +48,13 @@ def all_tools() -> list[Tool]:
             parameters_schema=SECONDS,
             function=_sleep,
         ),
+        FunctionTool(
+            name="slow_idempotent",
+            description="Sleeps; safe to run again after a crash.",
+            parameters_schema=SECONDS,
+            function=_sleep,
+            idempotent=True,
+        ),
         FunctionTool(name="explode", description="Always raises.", function=_explode),
         FunctionTool(
             name="too_slow",

@@ -122,6 +122,9 @@ class Run:
     instructions: str = ""
     tools: tuple[str, ...] = ()
     max_iterations: int = 0
+    # The node executing the run, and until when its claim holds.
+    owner: str = ""
+    lease_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

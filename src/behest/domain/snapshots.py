@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from behest.domain.runs import RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, RunStatus, TokenUsage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,3 +21,5 @@ class Snapshot:
     # Loop bookkeeping that is not in the events: model calls made, pending tool call ids.
     model_calls: int = 0
     pending_tool_calls: tuple[str, ...] = field(default_factory=tuple)
+    # How the last model answer ended (for a run interrupted right after its final answer).
+    finish_reason: FinishReason = FinishReason.UNSPECIFIED

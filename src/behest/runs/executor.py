@@ -10,7 +10,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from opentelemetry import trace
 
@@ -24,6 +24,7 @@ from behest.domain.runs import (
     TokenUsage,
     ToolChoice,
 )
+from behest.domain.snapshots import Snapshot
 from behest.errors import (
     BehestError,
     FailedPrecondition,
@@ -65,6 +66,9 @@ class Executor:
         tools: ToolRegistry,
         limits: LoopLimits,
         max_concurrent_runs: int,
+        node_id: str = "local",
+        lease_s: float = 30.0,
+        resume_runs: bool = True,
     ) -> None:
         self._store = store
         self._log = event_log
@@ -75,6 +79,10 @@ class Executor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: set[str] = set()
         self._accepting = True
+        self._node = node_id
+        self._lease_s = lease_s
+        self._resume_runs = resume_runs
+        self._lease_keeper: asyncio.Task[None] | None = None
 
     @property
     def active_runs(self) -> int:
@@ -102,6 +110,8 @@ class Executor:
             identity=DEFAULT_IDENTITY,
             now=datetime.now(UTC),
             traceparent=traceparent_of(span),
+            owner=self._node,
+            lease_until=self._lease_until(),
         )
         if created.created:
             span.set_attribute("behest.session_id", created.run.session_id)
@@ -136,6 +146,7 @@ class Executor:
         if run.status.is_terminal:
             raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
         if task is None:
+            self._check_not_owned_elsewhere(run)
             await self._end_unowned(run, _Terminal(ev.RunCancelled(), RunStatus.CANCELLED))
             return
         self._cancel_requested.add(run_id)
@@ -144,31 +155,87 @@ class Executor:
 
     async def abandon(self, run_id: str) -> None:
         """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""
-        if run_id in self._tasks:
-            raise FailedPrecondition(f"run {run_id} is executing; cancel it with CancelRun instead")
         run = await self._store.get_run(run_id)
         if run is None:
             raise NotFound(f"run {run_id} not found")
+        if run_id in self._tasks:
+            raise FailedPrecondition(f"run {run_id} is executing; cancel it with CancelRun instead")
         if run.status.is_terminal:
             raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
+        self._check_not_owned_elsewhere(run)
         reason = "abandoned: its snapshot was deleted while the run was interrupted"
         await self._end_unowned(
             run, _Terminal(ev.RunFailed(reason), RunStatus.FAILED, error=reason)
         )
 
-    async def recover(self) -> None:
-        """End runs an earlier process left unfinished (resuming them is not built yet)."""
-        reason = "interrupted: the server stopped before the run finished"
+    def _check_not_owned_elsewhere(self, run: Run) -> None:
+        live = run.lease_expires_at is not None and run.lease_expires_at > datetime.now(UTC)
+        if run.owner and run.owner != self._node and live:
+            raise FailedPrecondition(
+                f"run {run.id} is executing on node {run.owner!r}; ask that node"
+            )
+
+    async def start(self) -> None:
+        """Resume this node's interrupted runs, then keep claims alive and adopt orphans."""
+        if self._resume_runs:
+            await self._resume_claimable()
+        self._lease_keeper = asyncio.create_task(self._keep_leases(), name="run-leases")
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                await self._store.renew_leases(owner=self._node, lease_until=self._lease_until())
+                if self._resume_runs:
+                    await self._resume_claimable()
+            except Exception:
+                log.exception("renewing run leases failed; retrying")
+
+    async def _resume_claimable(self) -> None:
+        """Resume unfinished runs that are ours, unowned, or whose owner's lease lapsed."""
+        now = datetime.now(UTC)
         for run in await self._store.unfinished_runs():
-            if run.id not in self._tasks:
-                await self._end_unowned(
-                    run, _Terminal(ev.RunFailed(reason), RunStatus.FAILED, error=reason)
-                )
-                log.warning("run %s was interrupted by a server stop; marked failed", run.id)
+            if not self._accepting:
+                return
+            if run.id in self._tasks:
+                continue
+            live = run.lease_expires_at is not None and run.lease_expires_at > now
+            if run.owner and run.owner != self._node and live:
+                continue
+            claimed = await self._store.claim_run(
+                run.id, owner=self._node, now=now, lease_until=self._lease_until()
+            )
+            if claimed:
+                await self._resume(run)
+
+    async def _resume(self, run: Run) -> None:
+        snapshot = await self._store.get_snapshot(run.id)
+        last_sequence = await self._store.last_sequence(run.id)
+        span = tracer().start_span(
+            "behest.run.resume",
+            context=context_from_traceparent(run.traceparent),
+            attributes={"behest.run_id": run.id, "behest.resumed_after": last_sequence},
+        )
+        log.info(
+            "resuming run",
+            extra={"run_id": run.id, "after_sequence": last_sequence, "status": run.status.name},
+        )
+        self._start(run, span, last_sequence=last_sequence, snapshot=snapshot)
+
+    def _lease_until(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self._lease_s)
 
     async def stop(self, grace_s: float) -> None:
-        """Stop taking runs, give running ones `grace_s` to finish, then cancel the rest."""
+        """Stop taking runs, give running ones `grace_s` to finish, then stop the rest.
+
+        Stopped runs keep their snapshot and stay claimed by this node: they are resumed when
+        it starts again (or by another node once the claim lapses).
+        """
         self._accepting = False
+        if self._lease_keeper is not None:
+            self._lease_keeper.cancel()
+            await asyncio.gather(self._lease_keeper, return_exceptions=True)
+            self._lease_keeper = None
         tasks = list(self._tasks.values())
         if tasks and grace_s > 0:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -179,12 +246,16 @@ class Executor:
 
     # --- one run ----------------------------------------------------------------------
 
-    def _start(self, run: Run, span: trace.Span, *, last_sequence: int) -> None:
+    def _start(
+        self, run: Run, span: trace.Span, *, last_sequence: int, snapshot: Snapshot | None = None
+    ) -> None:
         run_log = self._log.open_run(run.id, last_sequence=last_sequence)
-        task = asyncio.create_task(self._drive(run, run_log, span), name=f"run-{run.id}")
+        task = asyncio.create_task(self._drive(run, run_log, span, snapshot), name=f"run-{run.id}")
         self._tasks[run.id] = task
 
-    async def _drive(self, run: Run, run_log: RunLog, span: trace.Span) -> None:
+    async def _drive(
+        self, run: Run, run_log: RunLog, span: trace.Span, snapshot: Snapshot | None
+    ) -> None:
         try:
             with trace.use_span(span, end_on_exit=True):
                 loop = AgentLoop(
@@ -196,7 +267,7 @@ class Executor:
                     tools=self._tools,
                     limits=self._limits,
                 )
-                terminal = await self._outcome(run, loop)
+                terminal = await self._outcome(run, loop, snapshot)
                 if terminal is None:
                     return  # shutdown: the run stays resumable
                 await self._finish(run, run_log, terminal, loop)
@@ -204,9 +275,11 @@ class Executor:
             self._tasks.pop(run.id, None)
             self._cancel_requested.discard(run.id)
 
-    async def _outcome(self, run: Run, loop: AgentLoop) -> _Terminal | None:
+    async def _outcome(
+        self, run: Run, loop: AgentLoop, snapshot: Snapshot | None
+    ) -> _Terminal | None:
         try:
-            outcome: Outcome = await loop.run()
+            outcome: Outcome = await loop.run(snapshot)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if run.id not in self._cancel_requested:

@@ -93,9 +93,16 @@ class AgentLoop:
         self._offered = set() if run.tool_choice == ToolChoice.NONE else set(allowed)
         self._executing: set[str] = set()
         self._doom_loop = DoomLoopDetector()
+        self._finish_reason = FinishReason.UNSPECIFIED
 
-    async def run(self) -> Outcome:
-        await self._start()
+    async def run(self, snapshot: Snapshot | None = None) -> Outcome:
+        """Run to the final answer; with a snapshot, resume an interrupted run where it was."""
+        if snapshot is None:
+            await self._start()
+        else:
+            finished = await self._resume(snapshot)
+            if finished is not None:
+                return finished
         while True:
             if self.iteration >= self._max_iterations:
                 raise FailedPrecondition(
@@ -110,6 +117,7 @@ class AgentLoop:
             answer = await self._call_model()
             message = self._message(Role.ASSISTANT, answer.text, tool_calls=tuple(answer.calls))
             self.usage += answer.usage
+            self._finish_reason = answer.finish_reason
             await self._log.emit(
                 ev.AssistantMessageCommitted(message.id),
                 ev.UsageRecorded(answer.usage),
@@ -127,6 +135,40 @@ class AgentLoop:
             ev.RunStarted(self._run.session_id, self._run.provider, self._run.model),
             state=[AppendMessage(user), *self._state(RunStatus.SESSION_LOADED)],
         )
+
+    async def _resume(self, snapshot: Snapshot) -> Outcome | None:
+        """Pick up after a crash or shutdown: repeat an interrupted model call, finish the
+        tool calls of the last answer (re-running one that was executing only if idempotent).
+        """
+        self._transcript = await self._store.session_messages(self._run.session_id)
+        self.iteration, self.model_calls = snapshot.iteration, snapshot.model_calls
+        self.usage, self._finish_reason = snapshot.usage, snapshot.finish_reason
+        mine = [m for m in self._transcript if m.run_id == self._run.id]
+        for message in mine:
+            for call in message.tool_calls:
+                self._doom_loop.observe(call)
+        match snapshot.status:
+            case RunStatus.BUILDING_CONTEXT | RunStatus.CALLING_MODEL:
+                self.iteration -= 1  # the iteration is done again, its model call repeated
+                return None
+            case RunStatus.PERSISTING | RunStatus.WAITING_FOR_TOOLS:
+                pass
+            case _:
+                return None
+        answer = next(m for m in reversed(mine) if m.role == Role.ASSISTANT)
+        if not answer.tool_calls:
+            return Outcome(self._finish_reason, self.iteration, self.usage)
+        answered = {m.tool_call_id for m in mine if m.role == Role.TOOL}
+        pending = [c for c in answer.tool_calls if c.id not in answered]
+        for call in pending:
+            tool = self._tools.get(call.name)
+            if call.id in snapshot.pending_tool_calls and (tool is None or not tool.idempotent):
+                raise FailedPrecondition(
+                    f"tool {call.name!r} was executing when the server stopped; its outcome "
+                    "is unknown and it is not idempotent, so it is not run again"
+                )
+        await self._run_tools(pending)
+        return None
 
     # --- model calls ------------------------------------------------------------------
 
@@ -315,6 +357,7 @@ class AgentLoop:
                     updated_at=now,
                     model_calls=self.model_calls,
                     pending_tool_calls=tuple(sorted(self._executing)),
+                    finish_reason=self._finish_reason,
                 )
             ),
         ]

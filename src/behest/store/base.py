@@ -62,12 +62,31 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def create_run(
-        self, request: RunRequest, *, run_id: str, identity: str, now: datetime, traceparent: str
+        self,
+        request: RunRequest,
+        *,
+        run_id: str,
+        identity: str,
+        now: datetime,
+        traceparent: str,
+        owner: str = "",
+        lease_until: datetime | None = None,
     ) -> CreatedRun:
         """Create the run (and its session if none is given) or return the one its key names.
 
+        The new run is claimed by `owner` until `lease_until`.
         Raises NotFound (session), Aborted (session busy), AlreadyExists (key reused).
         """
+        ...
+
+    async def claim_run(
+        self, run_id: str, *, owner: str, now: datetime, lease_until: datetime
+    ) -> bool:
+        """Take an unfinished run that is unowned, ours already, or whose owner's lease lapsed."""
+        ...
+
+    async def renew_leases(self, *, owner: str, lease_until: datetime) -> None:
+        """Extend the claims of every unfinished run `owner` holds."""
         ...
 
     async def apply(self, writes: list[Write]) -> None:

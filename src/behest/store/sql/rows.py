@@ -38,6 +38,8 @@ def run_from_row(row: Any) -> Run:
         instructions=row.instructions,
         tools=tuple(json.loads(row.tools)),
         max_iterations=row.max_iterations,
+        owner=row.owner or "",
+        lease_expires_at=row.lease_expires_at,
     )
 
 
@@ -108,6 +110,7 @@ def snapshot_to_row(snapshot: Snapshot) -> dict[str, Any]:
         "model_calls": snapshot.model_calls,
         "pending_tool_calls": json.dumps(list(snapshot.pending_tool_calls)),
         "updated_at": snapshot.updated_at,
+        "finish_reason": int(snapshot.finish_reason),
     }
 
 
@@ -121,6 +124,7 @@ def snapshot_from_row(row: Any) -> Snapshot:
         model_calls=row.model_calls,
         pending_tool_calls=tuple(json.loads(row.pending_tool_calls)),
         updated_at=utc(row.updated_at),
+        finish_reason=FinishReason(row.finish_reason),
     )
 
 

@@ -69,7 +69,15 @@ class SqlStore:
     # --- runs -------------------------------------------------------------------------
 
     async def create_run(
-        self, request: RunRequest, *, run_id: str, identity: str, now: datetime, traceparent: str
+        self,
+        request: RunRequest,
+        *,
+        run_id: str,
+        identity: str,
+        now: datetime,
+        traceparent: str,
+        owner: str = "",
+        lease_until: datetime | None = None,
     ) -> CreatedRun:
         for attempt in range(3):
             try:
@@ -81,6 +89,8 @@ class SqlStore:
                         identity=identity,
                         now=now,
                         traceparent=traceparent,
+                        owner=owner,
+                        lease_until=lease_until,
                     )
             except IntegrityError:
                 # A racing request with the same key committed first: the retry finds its run.
@@ -97,6 +107,8 @@ class SqlStore:
         identity: str,
         now: datetime,
         traceparent: str,
+        owner: str,
+        lease_until: datetime | None,
     ) -> CreatedRun:
         key = request.client_request_id
         fingerprint = request.fingerprint()
@@ -175,6 +187,8 @@ class SqlStore:
             "instructions": request.instructions,
             "tools": json.dumps(list(request.tools)),
             "max_iterations": request.max_iterations,
+            "owner": owner or None,
+            "lease_expires_at": lease_until,
         }
         await conn.execute(sa.insert(t.runs).values(**values))
         run = await self._get_run(conn, run_id)
@@ -210,6 +224,40 @@ class SqlStore:
         )
         async with self.engines.reader.connect() as conn:
             return [rows.run_from_row(row) for row in await conn.execute(query)]
+
+    # --- ownership of unfinished runs (leases) ------------------------------------------
+
+    async def claim_run(
+        self, run_id: str, *, owner: str, now: datetime, lease_until: datetime
+    ) -> bool:
+        """Take an unfinished run that is unowned, ours already, or whose owner's lease lapsed."""
+        runs = t.runs.c
+        async with self.engines.writer.begin() as conn:
+            claimed = await conn.execute(
+                sa.update(t.runs)
+                .where(
+                    runs.id == run_id,
+                    runs.status.not_in(TERMINAL),
+                    sa.or_(
+                        runs.owner.is_(None),
+                        runs.owner == owner,
+                        runs.lease_expires_at.is_(None),
+                        runs.lease_expires_at < now,
+                    ),
+                )
+                .values(owner=owner, lease_expires_at=lease_until)
+            )
+            return bool(claimed.rowcount == 1)
+
+    async def renew_leases(self, *, owner: str, lease_until: datetime) -> None:
+        """Extend the claims of every unfinished run `owner` holds."""
+        runs = t.runs.c
+        async with self.engines.writer.begin() as conn:
+            await conn.execute(
+                sa.update(t.runs)
+                .where(runs.owner == owner, runs.status.not_in(TERMINAL))
+                .values(lease_expires_at=lease_until)
+            )
 
     # --- the event log's writes ----------------------------------------------------------
 

@@ -67,6 +67,9 @@ runs = sa.Table(
     sa.Column("instructions", sa.Text, nullable=False, server_default=""),
     sa.Column("tools", sa.Text, nullable=False, server_default="[]"),
     sa.Column("max_iterations", sa.Integer, nullable=False, server_default="0"),
+    # The node executing the run and until when its claim holds (migration 0003).
+    sa.Column("owner", sa.String(200), nullable=True),
+    sa.Column("lease_expires_at", Ts, nullable=True),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
 )
@@ -113,6 +116,7 @@ snapshots = sa.Table(
     sa.Column("model_calls", sa.Integer, nullable=False),
     sa.Column("pending_tool_calls", sa.Text, nullable=False),
     sa.Column("updated_at", Ts, nullable=False),
+    sa.Column("finish_reason", sa.SmallInteger, nullable=False, server_default="0"),
 )
 
 idempotency_keys = sa.Table(

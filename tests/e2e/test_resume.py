@@ -1,0 +1,132 @@
+"""Runs interrupted by a shutdown are resumed from their snapshot (SEMANTICS §7, issue 5)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from behest._proto.agent.v1 import common_pb2 as c
+from behest._proto.agent.v1 import run_pb2 as pb
+from tests.support import (
+    Server,
+    collect,
+    create_request,
+    fast_settings,
+    kind,
+    script,
+    start_server_with_plugins,
+    stop_server,
+)
+
+
+def tool_step(name: str, seconds: float) -> dict[str, object]:
+    return {"tool_calls": [{"name": name, "arguments": {"seconds": seconds}}]}
+
+
+async def interrupt_during_tool(server: Server, steps: str) -> str:
+    """Start a run, wait until its tool executes, and stop the server under it."""
+    created = await server.runs.CreateRun(create_request(steps, model="script"))
+    watcher = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+    async for event in watcher:
+        if kind(event) == "tool_execution_started":
+            break
+    watcher.cancel()
+    await stop_server(server)
+    return created.run_id
+
+
+async def events_of(server: Server, run_id: str) -> list[pb.AgentEvent]:
+    return await collect(server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+
+
+async def test_an_idempotent_tool_cut_by_a_shutdown_runs_again(tmp_path: Path) -> None:
+    steps = script(tool_step("slow_idempotent", 5), {"text": "all done"})
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)
+    second = await start_server_with_plugins(fast_settings(tmp_path))
+    try:
+        events = await events_of(second, run_id)
+    finally:
+        await stop_server(second)
+    kinds = [kind(e) for e in events]
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert kinds.count("tool_execution_started") == 2  # the interrupted call, then its re-run
+    assert kinds.count("tool_message_committed") == 1
+    assert kind(events[-1]) == "run_completed"
+
+
+async def test_a_non_idempotent_tool_cut_by_a_shutdown_fails_the_run_naming_it(
+    tmp_path: Path,
+) -> None:
+    steps = script(tool_step("slow_unsafe", 5), {"text": "never"})
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)
+    second = await start_server_with_plugins(fast_settings(tmp_path))
+    try:
+        events = await events_of(second, run_id)
+    finally:
+        await stop_server(second)
+    assert kind(events[-1]) == "run_failed"
+    assert "slow_unsafe" in events[-1].run_failed.error
+    assert [kind(e) for e in events].count("tool_execution_started") == 1
+
+
+async def test_an_interrupted_run_waits_in_list_snapshots_until_abandoned(tmp_path: Path) -> None:
+    steps = script(tool_step("slow_unsafe", 5), {"text": "never"})
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)
+    second = await start_server_with_plugins(fast_settings(tmp_path, resume_runs=False))
+    try:
+        listed = await second.snapshots.ListSnapshots(pb.ListSnapshotsRequest())
+        assert [s.run_id for s in listed.snapshots] == [run_id]
+        assert listed.snapshots[0].status == c.RUN_STATUS_WAITING_FOR_TOOLS
+        await second.snapshots.DeleteSnapshot(pb.DeleteSnapshotRequest(run_id=run_id))
+        events = await events_of(second, run_id)
+        assert kind(events[-1]) == "run_failed"
+        assert "abandoned" in events[-1].run_failed.error
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await second.snapshots.DeleteSnapshot(pb.DeleteSnapshotRequest(run_id=run_id))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        await stop_server(second)
+
+
+async def test_an_interrupted_run_can_be_cancelled(tmp_path: Path) -> None:
+    steps = script(tool_step("slow_unsafe", 5), {"text": "never"})
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)
+    second = await start_server_with_plugins(fast_settings(tmp_path, resume_runs=False))
+    try:
+        await second.runs.CancelRun(pb.CancelRunRequest(run_id=run_id))
+        events = await events_of(second, run_id)
+        assert kind(events[-1]) == "run_cancelled"
+        listed = await second.snapshots.ListSnapshots(pb.ListSnapshotsRequest())
+        assert list(listed.snapshots) == []
+    finally:
+        await stop_server(second)
+
+
+async def test_a_node_adopts_the_runs_of_a_node_whose_lease_lapsed(tmp_path: Path) -> None:
+    steps = script(tool_step("slow_idempotent", 5), {"text": "adopted"})
+    first = await start_server_with_plugins(
+        fast_settings(tmp_path, node_id="node-a", run_lease_s=1.5)
+    )
+    run_id = await interrupt_during_tool(first, steps)
+    second = await start_server_with_plugins(
+        fast_settings(tmp_path, node_id="node-b", run_lease_s=1.5)
+    )
+    try:
+        snapshot = await second.snapshots.GetSnapshot(pb.GetSnapshotRequest(run_id=run_id))
+        assert snapshot.snapshot.status == c.RUN_STATUS_WAITING_FOR_TOOLS  # not taken yet
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await second.snapshots.DeleteSnapshot(pb.DeleteSnapshotRequest(run_id=run_id))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "node-a" in (err.value.details() or "")
+        async with asyncio.timeout(10):
+            events = await events_of(second, run_id)
+    finally:
+        await stop_server(second)
+    assert kind(events[-1]) == "run_completed"
