@@ -44,14 +44,13 @@ class App:
             batch_max=settings.commit_batch_max,
             window_s=settings.commit_window_ms / 1000,
         )
+        self.providers = build_registry(
+            settings.providers, retry=settings.retry_policy, timeout_s=settings.provider_timeout_s
+        )
         self.executor = Executor(
             store=self.store,
             event_log=self.event_log,
-            providers=build_registry(
-                settings.providers,
-                retry=settings.retry_policy,
-                timeout_s=settings.provider_timeout_s,
-            ),
+            providers=self.providers,
             tools=self.tools,
             limits=LoopLimits(
                 max_iterations=settings.max_iterations,
@@ -113,6 +112,7 @@ class App:
         await self.server.stop(1.0)
         await self.event_log.stop()
         await self.store.close()
+        await self.providers.aclose()
         await self.mcp.stop()
         log.info("behest stopped")
 

@@ -214,8 +214,8 @@ async def test_three_identical_calls_are_a_doom_loop(server: Server) -> None:
     same = {"tool_calls": [call("calculator", expression="1+1")]}
     events = await run_script(server, same, same, same, {"text": "never"})
     kinds = [kind(e) for e in events]
-    assert kinds[-2:] == ["doom_loop_detected", "run_failed"]
-    assert "calculator" in events[-2].doom_loop_detected.description
+    assert kinds[-3:] == ["doom_loop_detected", "tool_message_committed", "run_failed"]
+    assert "calculator" in events[-3].doom_loop_detected.description
     assert "doom loop" in events[-1].run_failed.error
     assert kinds.count("tool_execution_started") == 2  # the third call never runs
 
@@ -224,8 +224,12 @@ async def test_a_repeated_two_cycle_is_a_doom_loop(server: Server) -> None:
     a = {"tool_calls": [call("calculator", expression="1+1")]}
     b = {"tool_calls": [call("current_time")]}
     events = await run_script(server, a, b, a, b, a, b, {"text": "never"})
-    assert [kind(e) for e in events][-2:] == ["doom_loop_detected", "run_failed"]
-    assert "cycle" in events[-2].doom_loop_detected.description
+    assert [kind(e) for e in events][-3:] == [
+        "doom_loop_detected",
+        "tool_message_committed",
+        "run_failed",
+    ]
+    assert "cycle" in events[-3].doom_loop_detected.description
 
 
 async def test_three_calls_with_different_arguments_are_not_a_doom_loop(server: Server) -> None:
@@ -257,7 +261,8 @@ async def test_cancel_stops_a_running_tool(server: Server) -> None:
     await server.runs.CancelRun(pb.CancelRunRequest(run_id=seen[0].run_id))
     rest = [event async for event in stream]
     assert time.monotonic() - began < 1.0
-    assert [kind(e) for e in rest] == ["run_cancelled"]
+    # The unanswered call gets an error result, so the session's transcript stays well-formed.
+    assert [kind(e) for e in rest] == ["tool_message_committed", "run_cancelled"]
 
 
 async def test_a_later_run_sees_earlier_tool_calls_and_results(server: Server) -> None:
@@ -265,6 +270,17 @@ async def test_a_later_run_sees_earlier_tool_calls_and_results(server: Server) -
     session_id = first[0].run_started.session_id
     second = await run_script(server, {"say": "history"}, session_id=session_id)
     assert answer(second) == "user assistant[calculator] tool[calculator] assistant user"
+
+
+async def test_a_run_ended_by_a_doom_loop_leaves_no_call_unanswered(server: Server) -> None:
+    same = {"tool_calls": [call("calculator", expression="1+1")]}
+    failed = await run_script(server, same, same, same)
+    assert kind(failed[-1]) == "run_failed"
+    session_id = failed[0].run_started.session_id
+    later = await run_script(server, {"say": "tool_results"}, session_id=session_id)
+    history = await run_script(server, {"say": "history"}, session_id=session_id)
+    assert kind(later[-1]) == "run_completed"
+    assert answer(history).count("assistant[calculator] tool[calculator]") == 3
 
 
 async def test_plugin_tools_are_listed_and_run(server: Server) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,10 +67,19 @@ Delta = TextChunk | ToolCallBegin | ToolCallArguments | Finished
 
 
 class Provider(Protocol):
-    """A model provider. `stream` raises errors from `behest.errors` (ProviderError family)."""
+    """A model provider. `stream` raises errors from `behest.errors` (ProviderError family).
 
-    name: str
+    Tool calls stream one after another: a call's arguments follow its ToolCallBegin and end
+    where the next call begins (as OpenAI and Anthropic both stream them).
+    """
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[Delta]:
+    @property
+    def name(self) -> str: ...
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
         """Stream one model call's deltas; the last one is `Finished`."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections (called once, at shutdown)."""
         ...

@@ -53,6 +53,8 @@ class RetryPolicy:
     max_attempts: int = 4
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 8.0
+    # A provider asking to wait longer than this (Retry-After) fails the call instead.
+    max_retry_after_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
 from behest.domain.messages import Message, Role
@@ -93,6 +93,9 @@ class LocalProvider:
         # Default pause before each delta; a script step's delay_ms overrides it.
         self._chunk_delay_s = chunk_delay_s
 
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
     def check_model(self, model: str) -> None:
         """Raise InvalidArgument unless `model` is one of KNOWN_MODELS."""
         if model not in KNOWN_MODELS:
@@ -101,7 +104,7 @@ class LocalProvider:
                 f"known models: {', '.join(KNOWN_MODELS)}"
             )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Delta]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
         """Stream one model call's deltas; the last one is `Finished`."""
         self.check_model(request.model)
         last_user = _last_user_text(request.messages)

@@ -42,6 +42,11 @@ class ProviderRegistry:
                 f"model: unknown model {model!r} for provider {name!r} (known: {known})"
             )
 
+    async def aclose(self) -> None:
+        """Close every provider's connections."""
+        for provider, _ in self._providers.values():
+            await provider.aclose()
+
     def _entry(self, name: str) -> tuple[Provider, ProviderConfig]:
         entry = self._providers.get(name)
         if entry is None:

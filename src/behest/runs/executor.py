@@ -36,7 +36,15 @@ from behest.errors import (
 from behest.events.log import EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.loop import AgentLoop, LoopLimits, Outcome
-from behest.store.base import AppendEvent, DeleteSnapshot, Store, UpdateRun, Write
+from behest.runs.transcript import closing_results
+from behest.store.base import (
+    AppendEvent,
+    AppendMessage,
+    DeleteSnapshot,
+    Store,
+    UpdateRun,
+    Write,
+)
 from behest.telemetry import context_from_traceparent, current_trace_ids, traceparent_of, tracer
 from behest.tools.registry import ToolRegistry
 
@@ -306,8 +314,19 @@ class Executor:
         """Write the terminal event with the final status, and wait until it is durable."""
         if run_log.failed:
             await run_log.resync(self._store)
+        closing = closing_results(
+            loop.transcript,
+            run_id=run.id,
+            session_id=run.session_id,
+            reason=_why(terminal),
+            position=loop.next_position,
+        )
         writes = _terminal_state(run.id, terminal, loop.iteration, loop.usage)
-        done = await run_log.emit(terminal.payload, state=writes)
+        done = await run_log.emit(
+            *[ev.ToolMessageCommitted(m.id) for m in closing],
+            terminal.payload,
+            state=[*(AppendMessage(m) for m in closing), *writes],
+        )
         await asyncio.shield(done)
 
     async def _end_unowned(self, run: Run, terminal: _Terminal) -> None:
@@ -316,16 +335,42 @@ class Executor:
             "behest.run.end", context=context_from_traceparent(run.traceparent)
         ):
             trace_id, span_id = current_trace_ids()
-        event = ev.Event(
+        messages = await self._store.session_messages(run.session_id)
+        closing = closing_results(
+            messages,
             run_id=run.id,
-            sequence=await self._store.last_sequence(run.id) + 1,
-            payload=terminal.payload,
-            timestamp=datetime.now(UTC),
-            trace_id=trace_id,
-            span_id=span_id,
+            session_id=run.session_id,
+            reason=_why(terminal),
+            position=messages[-1].position + 1 if messages else 0,
         )
-        writes = [AppendEvent(event), *_terminal_state(run.id, terminal, run.iterations, run.usage)]
-        await asyncio.shield(await self._log.submit(writes, [event]))
+        payloads: list[ev.Payload] = [ev.ToolMessageCommitted(m.id) for m in closing]
+        payloads.append(terminal.payload)
+        last = await self._store.last_sequence(run.id)
+        now = datetime.now(UTC)
+        events = [
+            ev.Event(
+                run_id=run.id,
+                sequence=last + offset,
+                payload=payload,
+                timestamp=now,
+                trace_id=trace_id,
+                span_id=span_id,
+            )
+            for offset, payload in enumerate(payloads, start=1)
+        ]
+        writes: list[Write] = [AppendEvent(e) for e in events]
+        writes.extend(AppendMessage(m) for m in closing)
+        writes.extend(_terminal_state(run.id, terminal, run.iterations, run.usage))
+        await asyncio.shield(await self._log.submit(writes, events))
+
+
+def _why(terminal: _Terminal) -> str:
+    match terminal.payload:
+        case ev.RunCancelled():
+            return "the run was cancelled"
+        case ev.RunFailed(error):
+            return f"the run failed ({error})"
+    return "the run ended"
 
 
 def _terminal_state(

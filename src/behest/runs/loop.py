@@ -7,6 +7,7 @@ snapshot commit together. Terminal events are the executor's job, not the loop's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -20,6 +21,7 @@ from behest.domain.snapshots import Snapshot
 from behest.errors import FailedPrecondition, TransientProviderError
 from behest.events.log import RunLog
 from behest.providers.base import (
+    Delta,
     Finished,
     ModelRequest,
     Provider,
@@ -56,6 +58,8 @@ class Outcome:
 class _Answer:
     text: str = ""
     calls: list[ToolCall] = field(default_factory=list)
+    # The tool call whose arguments are streaming: (id, name, fragments so far).
+    open_call: tuple[str, str, list[str]] | None = None
     finish_reason: FinishReason = FinishReason.UNKNOWN
     usage: TokenUsage = field(default_factory=TokenUsage)
 
@@ -78,6 +82,7 @@ class AgentLoop:
         self._log = log
         self._store = store
         self._transcript: list[Message] = []
+        self.next_position = 0
         self._provider = provider
         self._retry = provider_config.retry
         self._timeout_s = provider_config.timeout_s
@@ -94,6 +99,11 @@ class AgentLoop:
         self._executing: set[str] = set()
         self._doom_loop = DoomLoopDetector()
         self._finish_reason = FinishReason.UNSPECIFIED
+
+    @property
+    def transcript(self) -> list[Message]:
+        """The session's messages as this run knows them (committed or being committed)."""
+        return self._transcript
 
     async def run(self, snapshot: Snapshot | None = None) -> Outcome:
         """Run to the final answer; with a snapshot, resume an interrupted run where it was."""
@@ -123,24 +133,26 @@ class AgentLoop:
                 ev.UsageRecorded(answer.usage),
                 state=[AppendMessage(message), *self._state(RunStatus.PERSISTING)],
             )
+            self._remember(message)
             if not answer.calls:
                 return Outcome(answer.finish_reason, self.iteration, self.usage)
             await self._check_doom_loop(answer.calls)
             await self._run_tools(answer.calls)
 
     async def _start(self) -> None:
-        self._transcript = await self._store.session_messages(self._run.session_id)
+        await self._load_transcript()
         user = self._message(Role.USER, self._run.input)
         await self._log.emit(
             ev.RunStarted(self._run.session_id, self._run.provider, self._run.model),
             state=[AppendMessage(user), *self._state(RunStatus.SESSION_LOADED)],
         )
+        self._remember(user)
 
     async def _resume(self, snapshot: Snapshot) -> Outcome | None:
         """Pick up after a crash or shutdown: repeat an interrupted model call, finish the
         tool calls of the last answer (re-running one that was executing only if idempotent).
         """
-        self._transcript = await self._store.session_messages(self._run.session_id)
+        await self._load_transcript()
         self.iteration, self.model_calls = snapshot.iteration, snapshot.model_calls
         self.usage, self._finish_reason = snapshot.usage, snapshot.finish_reason
         mine = [m for m in self._transcript if m.run_id == self._run.id]
@@ -193,6 +205,12 @@ class AgentLoop:
                 ):
                     return await self._stream_answer()
             except TransientProviderError as exc:
+                if (exc.retry_after or 0) > self._retry.max_retry_after_s:
+                    raise TransientProviderError(
+                        exc.provider,
+                        f"{_reason(exc)}; it asks to retry after {exc.retry_after:g} s, longer "
+                        f"than behest waits ({self._retry.max_retry_after_s:g} s)",
+                    ) from exc
                 if attempt >= self._retry.max_attempts:
                     raise TransientProviderError(
                         exc.provider, f"{_reason(exc)}; gave up after {attempt} attempts"
@@ -210,45 +228,48 @@ class AgentLoop:
             call_number=self.model_calls,
         )
         answer = _Answer()
-        text: list[str] = []
-        open_calls: dict[str, list[str]] = {}
-        names: dict[str, str] = {}
         idle = self._timeout_s
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(idle) as deadline:
-                async for delta in self._provider.stream(request):
+            async with (
+                asyncio.timeout(idle) as deadline,
+                contextlib.aclosing(self._provider.stream(request)) as deltas,
+            ):
+                async for delta in deltas:
                     deadline.reschedule(loop.time() + idle)
-                    match delta:
-                        case TextChunk(chunk):
-                            text.append(chunk)
-                            await self._log.emit(ev.TextDelta(chunk))
-                        case ToolCallBegin(call_id, name):
-                            await self._complete_calls(open_calls, names, answer)
-                            open_calls[call_id] = []
-                            names[call_id] = name
-                            await self._log.emit(ev.ToolCallStarted(call_id, name))
-                        case ToolCallArguments(call_id, fragment):
-                            open_calls.setdefault(call_id, []).append(fragment)
-                            await self._log.emit(ev.ToolCallDelta(call_id, fragment))
-                        case Finished(reason, usage):
-                            answer.finish_reason, answer.usage = reason, usage
+                    await self._take(delta, answer)
         except TimeoutError:
             raise TransientProviderError(
                 self._run.provider, f"no output for {idle:g} s (timed out)"
             ) from None
-        await self._complete_calls(open_calls, names, answer)
-        answer.text = "".join(text)
+        await self._complete_call(answer)
         return answer
 
-    async def _complete_calls(
-        self, open_calls: dict[str, list[str]], names: dict[str, str], answer: _Answer
-    ) -> None:
-        for call_id, fragments in open_calls.items():
-            call = ToolCall(call_id, names.get(call_id, ""), "".join(fragments) or "{}")
-            answer.calls.append(call)
-            await self._log.emit(ev.ToolCallCompleted(call))
-        open_calls.clear()
+    async def _take(self, delta: Delta, answer: _Answer) -> None:
+        """One streamed delta: emit its event and add it to the answer."""
+        match delta:
+            case TextChunk(chunk):
+                answer.text += chunk
+                await self._log.emit(ev.TextDelta(chunk))
+            case ToolCallBegin(call_id, name):
+                await self._complete_call(answer)
+                answer.open_call = (call_id, name, [])
+                await self._log.emit(ev.ToolCallStarted(call_id, name))
+            case ToolCallArguments(call_id, fragment):
+                if answer.open_call is not None and answer.open_call[0] == call_id:
+                    answer.open_call[2].append(fragment)
+                await self._log.emit(ev.ToolCallDelta(call_id, fragment))
+            case Finished(reason, usage):
+                answer.finish_reason, answer.usage = reason, usage
+
+    async def _complete_call(self, answer: _Answer) -> None:
+        if answer.open_call is None:
+            return
+        call_id, name, fragments = answer.open_call
+        answer.open_call = None
+        call = ToolCall(call_id, name, "".join(fragments) or "{}")
+        answer.calls.append(call)
+        await self._log.emit(ev.ToolCallCompleted(call))
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         delay = min(self._retry.backoff_max_s, self._retry.backoff_initial_s * 2 ** (attempt - 1))
@@ -322,11 +343,24 @@ class AgentLoop:
                 ev.ToolMessageCommitted(message.id),
                 state=[AppendMessage(message), *self._state(RunStatus.WAITING_FOR_TOOLS)],
             )
+            self._remember(message)
 
     # --- bookkeeping ------------------------------------------------------------------
 
+    async def _load_transcript(self) -> None:
+        self._transcript = await self._store.session_messages(self._run.session_id)
+        self.next_position = self._transcript[-1].position + 1 if self._transcript else 0
+
+    def _remember(self, message: Message) -> None:
+        """Add a message to the transcript once it is queued for commit, in position order."""
+        self._transcript.append(message)
+        if len(self._transcript) > 1 and self._transcript[-2].position > message.position:
+            self._transcript.sort(key=lambda m: m.position)  # parallel tools finish any order
+
     def _message(self, role: Role, text: str, **fields: object) -> Message:
-        position = self._transcript[-1].position + 1 if self._transcript else 0
+        """A new message of this run, with the next free position of the session."""
+        position = self.next_position
+        self.next_position += 1
         message = Message(
             id=str(uuid.uuid4()),
             session_id=self._run.session_id,
@@ -338,7 +372,6 @@ class AgentLoop:
             created_at=datetime.now(UTC),
             **fields,  # type: ignore[arg-type]
         )
-        self._transcript.append(message)
         return message
 
     def _state(self, status: RunStatus) -> list[Write]:

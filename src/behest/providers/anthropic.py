@@ -1,0 +1,485 @@
+"""The Anthropic Messages API adapter, over the official `anthropic` SDK's async client.
+
+Request mapping (behest's normalised ModelRequest → `POST /v1/messages`, `stream: true`):
+
+- `instructions` and every system-role message → `system` (joined by blank lines).
+- user and assistant messages → content blocks: an assistant's text block, then a `tool_use`
+  block {id, name, input} per call (`input` is the call's JSON arguments parsed; arguments that
+  are not a JSON object are kept as `{"_raw_arguments": text}` so the model sees what it sent).
+- tool messages → `tool_result` blocks {tool_use_id, content, is_error} in a user message;
+  adjacent messages of one role are merged, since the API wants the roles to alternate, and
+  in a user message the `tool_result` blocks come first, as the API requires.
+- The API rejects a `tool_use` without a `tool_result` right after it, and a result without its
+  call. A transcript can hold both (a run cancelled or failed between the assistant message and
+  its tool results), so a missing result becomes an error result ("the tool call did not run")
+  and a result without its call becomes a plain text block.
+- `tools` → `[{name, description, input_schema}]`; `tool_choice` auto → {"type": "auto"},
+  required → {"type": "any"}, none → {"type": "none"}, a tool's name → {"type": "tool", name}.
+  With no tools offered, neither is sent, unless the transcript holds tool blocks: the API
+  then wants tools defined, so the tools named in it are sent with a bare schema and
+  {"type": "none"}, which lets the model call none of them.
+- `max_tokens` (required by the API) is the request's `max_output_tokens`, else 4096.
+- Tool-call ids are reduced to the characters the API accepts (letters, digits, `_`, `-`).
+
+Stream mapping (raw server-sent events → deltas): `content_block_start` of a `tool_use` block →
+ToolCallBegin; `text_delta` → TextChunk; `input_json_delta` → ToolCallArguments (empty
+fragments skipped); `message_start`/`message_delta` carry usage and the stop reason;
+`message_stop` → the one Finished (input tokens include cache reads and writes). `ping`,
+thinking and citation deltas are ignored. A stream that is cut or ends without `message_stop`
+is a transient error; an `error` event is classed by its type, like the HTTP status it stands
+for (overloaded_error as 529, api_error as 500, invalid_request_error as 400, …).
+
+Errors: 429, 408, 409, 5xx, 529, timeouts and connection errors are transient (Retry-After and
+retry-after-ms honoured; `x-should-retry` obeyed); 401/403 and other 4xx are permanent, a prompt
+that does not fit the context window is a ContextOverflowError; 429s that are spend limits are
+permanent. Messages name the HTTP status and the provider's message, never the key.
+
+The SDK's own retries are off (`max_retries=0`): behest's loop retries and announces each attempt.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import anthropic
+import httpx2
+
+from behest.domain.messages import Message, Role
+from behest.domain.runs import FinishReason, TokenUsage
+from behest.errors import (
+    ContextOverflowError,
+    PermanentProviderError,
+    ProviderError,
+    TransientProviderError,
+)
+from behest.providers.base import (
+    Delta,
+    Finished,
+    ModelRequest,
+    TextChunk,
+    ToolCallArguments,
+    ToolCallBegin,
+)
+from behest.providers.config import ProviderConfig
+
+DEFAULT_MAX_TOKENS = 4096
+MISSING_RESULT = "no result: the tool call did not run (the run ended before it did)"
+
+_FINISH = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "refusal": FinishReason.CONTENT_FILTER,
+}
+# The HTTP status an `error` event in a 200 stream stands for, by its error type.
+_STATUS_OF_TYPE = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+_TRANSIENT_STATUS = frozenset({408, 409, 429})
+_SPEND_LIMITS = frozenset(
+    {
+        "contract_spend_limit_reached",
+        "enforced_spend_limit_reached",
+        "linked_organization_spend_limit_reached",
+    }
+)
+_CONTEXT_OVERFLOW = re.compile(
+    r"prompt is too long|context window|context length|exceed context limit", re.IGNORECASE
+)
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_DETAIL_CHARS = 200
+_NO_KEY = "no API key: set api_key_env or api_key_file"
+
+
+class AnthropicProvider:
+    """Claude models through the Messages API, streamed."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.name = config.name
+        self._api_key = config.api_key
+        try:
+            self._client = anthropic.AsyncAnthropic(
+                # None lets the SDK find credentials its own way (ANTHROPIC_API_KEY, profiles).
+                api_key=config.api_key or None,
+                base_url=config.base_url or None,
+                timeout=config.timeout_s,
+                max_retries=0,
+            )
+        except anthropic.AnthropicError as exc:
+            raise ValueError(f"provider {config.name!r}: {_NO_KEY} ({exc})") from None
+        client = self._client
+        if not (client.api_key or client.auth_token or getattr(client, "credentials", None)):
+            raise ValueError(f"provider {config.name!r}: {_NO_KEY}")
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool."""
+        await self._client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
+        """Stream one model call's deltas; the last one is `Finished`."""
+        params = build_params(request)
+        decoder = StreamDecoder()
+        try:
+            response = await self._client.messages.create(**params, stream=True)
+            # Closing the response on every way out (cancel included) drops the connection,
+            # so the server stops generating.
+            async with response:
+                async for event in response:
+                    for delta in decoder.feed(event):
+                        yield delta
+        except anthropic.APIStatusError as exc:
+            raise self._status_error(exc) from (None if exc.status_code in (401, 403) else exc)
+        except anthropic.APITimeoutError as exc:
+            raise TransientProviderError(self.name, "request timed out") from exc
+        except anthropic.APIConnectionError as exc:
+            raise TransientProviderError(
+                self.name, f"connection failed: {self._brief(str(exc.__cause__ or exc))}"
+            ) from exc
+        except httpx2.TimeoutException as exc:
+            raise TransientProviderError(self.name, "stream timed out") from exc
+        except httpx2.RequestError as exc:
+            cause = self._brief(str(exc)) or type(exc).__name__
+            raise TransientProviderError(self.name, f"stream cut: {cause}") from exc
+        except json.JSONDecodeError as exc:
+            raise TransientProviderError(self.name, "malformed stream event") from exc
+        except anthropic.AnthropicError as exc:  # e.g. credentials the SDK could not refresh
+            raise PermanentProviderError(
+                self.name, f"client error: {self._brief(str(exc))}"
+            ) from exc
+        if not decoder.finished:
+            raise TransientProviderError(self.name, "stream ended before message_stop")
+
+    def _status_error(self, exc: anthropic.APIStatusError) -> ProviderError:
+        error = _error_object(exc.body)
+        kind = str(error.get("type") or "")
+        detail = self._brief(str(error.get("message") or _text_body(exc.body)))
+        status = exc.status_code
+        in_stream = 200 <= status < 300  # an `error` event inside a 200 stream
+        if in_stream:
+            status = _STATUS_OF_TYPE.get(kind, 500)
+            where = f"stream error event {kind or 'without a type'}"
+        else:
+            where = f"HTTP {status} {kind}".rstrip()
+        if status in (401, 403):
+            what = "authentication failed" if status == 401 else "permission denied"
+            return PermanentProviderError(self.name, f"{what} ({where}): {detail}")
+        if status in (400, 413) and _CONTEXT_OVERFLOW.search(detail):
+            return ContextOverflowError(self.name, f"context window exceeded ({where}): {detail}")
+        transient = status in _TRANSIENT_STATUS or status >= 500
+        if _error_code(error) in _SPEND_LIMITS:
+            transient = False
+        headers = exc.response.headers
+        if not in_stream and headers.get("x-should-retry") in ("true", "false"):
+            transient = headers["x-should-retry"] == "true"
+        message = f"{_describe(status)} ({where})" + (f": {detail}" if detail else "")
+        if transient:
+            retry_after = None if in_stream else retry_after_s(headers)
+            return TransientProviderError(self.name, message, retry_after=retry_after)
+        return PermanentProviderError(self.name, message)
+
+    def _brief(self, text: str) -> str:
+        """One line, at most a couple of hundred characters, and never the API key."""
+        if self._api_key:
+            text = text.replace(self._api_key, "[redacted]")
+        text = " ".join(text.split())
+        if len(text) > _MAX_DETAIL_CHARS:
+            text = text[: _MAX_DETAIL_CHARS - 1] + "…"
+        return text
+
+
+class StreamDecoder:
+    """Turns the raw stream events of one message into deltas; `finished` after message_stop."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._stop_reason: str | None = None
+        self._tool_ids: dict[int, str] = {}
+
+    def feed(self, event: Any) -> list[Delta]:
+        if self.finished:
+            return []
+        match getattr(event, "type", None):
+            case "message_start":
+                usage = getattr(event.message, "usage", None)
+                if usage is not None:
+                    self._input_tokens = _input_tokens(usage)
+                    self._output_tokens = getattr(usage, "output_tokens", 0) or 0
+            case "content_block_start":
+                return self._block_start(event.index, event.content_block)
+            case "content_block_delta":
+                return self._block_delta(event.index, event.delta)
+            case "message_delta":
+                reason = getattr(event.delta, "stop_reason", None)
+                if reason is not None:
+                    self._stop_reason = reason
+                usage = getattr(event, "usage", None)
+                if usage is not None:
+                    if getattr(usage, "input_tokens", None) is not None:
+                        self._input_tokens = _input_tokens(usage)
+                    if getattr(usage, "output_tokens", None) is not None:
+                        self._output_tokens = usage.output_tokens
+            case "message_stop":
+                self.finished = True
+                reason = _FINISH.get(self._stop_reason or "", FinishReason.UNKNOWN)
+                return [Finished(reason, TokenUsage(self._input_tokens, self._output_tokens))]
+        return []
+
+    def _block_start(self, index: int, block: Any) -> list[Delta]:
+        match getattr(block, "type", None):
+            case "text":
+                text = getattr(block, "text", "") or ""
+                return [TextChunk(text)] if text else []
+            case "tool_use":
+                call_id = str(block.id)
+                self._tool_ids[index] = call_id
+                deltas: list[Delta] = [ToolCallBegin(call_id, str(block.name))]
+                # The API starts a tool_use block with input {} and streams the input after it.
+                initial = getattr(block, "input", None)
+                if initial:
+                    deltas.append(ToolCallArguments(call_id, json.dumps(initial)))
+                return deltas
+        return []
+
+    def _block_delta(self, index: int, delta: Any) -> list[Delta]:
+        match getattr(delta, "type", None):
+            case "text_delta":
+                return [TextChunk(delta.text)] if delta.text else []
+            case "input_json_delta":
+                call_id = self._tool_ids.get(index)
+                if call_id is None or not delta.partial_json:
+                    return []
+                return [ToolCallArguments(call_id, delta.partial_json)]
+        return []
+
+
+# --- request mapping ----------------------------------------------------------------------
+
+
+def build_params(request: ModelRequest) -> dict[str, Any]:
+    """The keyword arguments of `messages.create` for one model call (without `stream`)."""
+    system = [request.instructions] if request.instructions.strip() else []
+    system += [m.text for m in request.messages if m.role == Role.SYSTEM and m.text.strip()]
+    messages = build_messages(request.messages)
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+        "messages": messages,
+    }
+    if system:
+        params["system"] = "\n\n".join(system)
+    if request.tools:
+        params["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters_schema}
+            for t in request.tools
+        ]
+        params["tool_choice"] = tool_choice(request.tool_choice)
+    else:
+        used = _tool_names_used(messages)
+        if used:
+            params["tools"] = [
+                {
+                    "name": name,
+                    "description": "Not available now.",
+                    "input_schema": {"type": "object"},
+                }
+                for name in used
+            ]
+            params["tool_choice"] = {"type": "none"}
+    return params
+
+
+def tool_choice(choice: str) -> dict[str, str]:
+    match choice:
+        case "auto" | "":
+            return {"type": "auto"}
+        case "required":
+            return {"type": "any"}
+        case "none":
+            return {"type": "none"}
+    return {"type": "tool", "name": choice}
+
+
+def build_messages(transcript: list[Message]) -> list[dict[str, Any]]:
+    """User/assistant turns with alternating roles, every tool_use paired with its result."""
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    pending: dict[str, None] = {}  # tool_use ids of the last assistant turn still unanswered
+    answered: set[str] = set()
+
+    def close_pending() -> None:
+        for call_id in pending:
+            turns.append(("user", [_tool_result(call_id, MISSING_RESULT, is_error=True)]))
+        pending.clear()
+
+    for message in transcript:
+        match message.role:
+            case Role.ASSISTANT:
+                close_pending()
+                answered.clear()
+                blocks = _text_blocks(message.text)
+                for call in message.tool_calls:
+                    call_id = safe_id(call.id)
+                    if call_id in pending:
+                        continue  # the API wants unique ids; a repeat cannot be answered
+                    pending[call_id] = None
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": call_id,
+                            "name": call.name,
+                            "input": tool_input(call.arguments),
+                        }
+                    )
+                if blocks:
+                    turns.append(("assistant", blocks))
+            case Role.TOOL:
+                call_id = safe_id(message.tool_call_id)
+                if call_id in pending:
+                    del pending[call_id]
+                    answered.add(call_id)
+                    result = _tool_result(call_id, message.text, is_error=message.is_error)
+                    turns.append(("user", [result]))
+                elif message.text.strip() and call_id not in answered:
+                    label = f"[result of tool {message.tool_name or 'call'} {call_id}]"
+                    turns.append(("user", [{"type": "text", "text": f"{label}\n{message.text}"}]))
+            case Role.USER:
+                close_pending()
+                blocks = _text_blocks(message.text)
+                if blocks:
+                    turns.append(("user", blocks))
+    close_pending()
+    return merge_turns(turns)
+
+
+def merge_turns(turns: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Adjacent turns of one role become one message; a user message's tool results go first."""
+    merged: list[dict[str, Any]] = []
+    for role, blocks in turns:
+        if merged and merged[-1]["role"] == role:
+            merged[-1]["content"].extend(blocks)
+        else:
+            merged.append({"role": role, "content": list(blocks)})
+    for message in merged:
+        if message["role"] == "user":
+            message["content"].sort(key=lambda block: block["type"] != "tool_result")
+    return merged
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's JSON arguments as the object `tool_use.input` must be."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"_raw_arguments": arguments}
+
+
+def safe_id(call_id: str) -> str:
+    """A tool-call id in the characters the API accepts (another provider may have made it)."""
+    return _UNSAFE_ID_CHARS.sub("_", call_id) or "call"
+
+
+def _text_blocks(text: str) -> list[dict[str, Any]]:
+    # The API rejects empty and whitespace-only text blocks.
+    return [{"type": "text", "text": text}] if text.strip() else []
+
+
+def _tool_result(call_id: str, text: str, *, is_error: bool) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "is_error": is_error}
+    if text:
+        block["content"] = text
+    return block
+
+
+def _tool_names_used(messages: list[dict[str, Any]]) -> list[str]:
+    names = {
+        block["name"]: None
+        for message in messages
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    }
+    return list(names)
+
+
+# --- responses ----------------------------------------------------------------------------
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """The server's hint in seconds: `retry-after-ms`, or `retry-after` as seconds or a date."""
+    try:
+        return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+def _input_tokens(usage: Any) -> int:
+    """Input tokens, cache reads and writes included (the API counts them apart)."""
+    fields = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(getattr(usage, name, None) or 0 for name in fields)
+
+
+def _describe(status: int) -> str:
+    if status == 429:
+        return "rate limited"
+    if status == 529:
+        return "overloaded"
+    if status in (408, 504):
+        return "timed out"
+    if status >= 500:
+        return "server error"
+    if status == 404:
+        return "not found"
+    if status == 413:
+        return "request too large"
+    return "bad request"
+
+
+def _error_object(body: object) -> dict[str, Any]:
+    """`error` of Anthropic's {"type": "error", "error": {"type", "message"}} body, if any."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            return error
+    return {}
+
+
+def _error_code(error: dict[str, Any]) -> str:
+    details = error.get("details")
+    code = details.get("error_code") if isinstance(details, dict) else None
+    return code if isinstance(code, str) else ""
+
+
+def _text_body(body: object) -> str:
+    if body is None or isinstance(body, dict):
+        return ""
+    return str(body)

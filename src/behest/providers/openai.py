@@ -1,0 +1,382 @@
+"""OpenAI Chat Completions (and compatible servers: llama.cpp, vLLM, Ollama) over the SDK.
+
+The SDK's own retries are off: the agent loop retries transient errors and announces each
+attempt. Vendor quirks handled here:
+
+- `max_tokens` is sent, as every compatible server understands it; a model that rejects
+  it (OpenAI's reasoning and GPT-5 models: 400 `unsupported_parameter`) is asked again at
+  once with `max_completion_tokens`, and that choice is kept for the model.
+- Tool calls stream by `index`; the id and name come in a call's first fragment, the
+  arguments in later ones. Calls are assumed to stream one after another (as OpenAI does).
+- Usage arrives in a last chunk with no choices (`stream_options.include_usage`).
+- A 429 whose code is `insufficient_quota` will not pass by waiting: it is permanent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+import time
+import uuid
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import openai
+from openai.types.chat import ChatCompletionChunk
+
+from behest.domain.messages import Message, Role
+from behest.domain.runs import FinishReason, TokenUsage
+from behest.errors import (
+    ContextOverflowError,
+    PermanentProviderError,
+    ProviderError,
+    TransientProviderError,
+)
+from behest.providers.base import (
+    Delta,
+    Finished,
+    ModelRequest,
+    TextChunk,
+    ToolCallArguments,
+    ToolCallBegin,
+)
+from behest.providers.config import ProviderConfig
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Local servers need no key, but the SDK refuses to start without one.
+NO_KEY = "not-needed"
+_MAX_MESSAGE_CHARS = 300
+
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "length": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+_OVERFLOW_CODES = {"context_length_exceeded", "exceed_context_size_error"}
+_OVERFLOW_TEXT = re.compile(r"context[ _-]?(length|size|window)|maximum context", re.IGNORECASE)
+_CHOICES = ("auto", "none", "required")
+
+
+class OpenAIProvider:
+    """A provider speaking OpenAI's Chat Completions API, streamed."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.name = config.name
+        self._secret = config.api_key
+        self._timeout_s = config.timeout_s
+        self._client = openai.AsyncOpenAI(
+            api_key=config.api_key or NO_KEY,
+            base_url=config.base_url or DEFAULT_BASE_URL,
+            timeout=config.timeout_s,
+            max_retries=0,
+        )
+        # Models that refused `max_tokens` and want `max_completion_tokens` instead.
+        self._completion_tokens_models: set[str] = set()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        await self._client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
+        """Stream one model call's deltas; the last one is `Finished`."""
+        reader = ChunkReader()
+        receiving = False
+        try:
+            stream = await self._create(request)
+            receiving = True
+            async with stream:
+                async for chunk in stream:
+                    for delta in reader.feed(chunk):
+                        yield delta
+        except openai.OpenAIError as exc:
+            raise self._error(exc, receiving=receiving) from _cause(exc)
+        yield reader.finished(self.name)
+
+    async def _create(self, request: ModelRequest) -> openai.AsyncStream[ChatCompletionChunk]:
+        completion_tokens = request.model in self._completion_tokens_models
+        try:
+            return await self._post(request_body(request, completion_tokens=completion_tokens))
+        except openai.BadRequestError as exc:
+            if completion_tokens or not _rejects_max_tokens(exc) or not request.max_output_tokens:
+                raise
+        self._completion_tokens_models.add(request.model)
+        return await self._post(request_body(request, completion_tokens=True))
+
+    async def _post(self, body: dict[str, Any]) -> openai.AsyncStream[ChatCompletionChunk]:
+        create = cast(Any, self._client.chat.completions.create)
+        return cast(openai.AsyncStream[ChatCompletionChunk], await create(**body))
+
+    def _error(self, exc: openai.OpenAIError, *, receiving: bool) -> ProviderError:
+        """The behest error for an SDK error; never carries the API key."""
+        match exc:
+            case openai.APIStatusError():
+                return self._status_error(exc)
+            case openai.APITimeoutError():
+                return TransientProviderError(self.name, f"timed out after {self._timeout_s:g} s")
+            case openai.APIConnectionError():
+                what = "stream cut off" if receiving else "connection failed"
+                cause = exc.__cause__
+                detail = f": {type(cause).__name__}: {cause}" if cause is not None else ""
+                return TransientProviderError(self.name, self._clean(f"{what}{detail}"))
+            case openai.APIError():
+                # An error event inside a 200 stream ({"error": {...}}): the server gave up.
+                message = self._clean(exc.message)
+                if _is_overflow(exc.code, exc.type, message):
+                    return ContextOverflowError(self.name, f"context window exceeded: {message}")
+                return TransientProviderError(self.name, f"error in the stream: {message}")
+        return PermanentProviderError(self.name, self._clean(f"{type(exc).__name__}: {exc}"))
+
+    def _status_error(self, exc: openai.APIStatusError) -> ProviderError:
+        status = exc.status_code
+        message = self._clean(_provider_message(exc))
+        detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
+        if status == 401:
+            # OpenAI's message quotes part of the key; it stays out of events and logs.
+            return PermanentProviderError(self.name, f"authentication failed (HTTP {status})")
+        if status == 403:
+            return PermanentProviderError(self.name, f"permission denied ({detail})")
+        if status == 429 and exc.code == "insufficient_quota":
+            return PermanentProviderError(self.name, f"quota exhausted ({detail})")
+        retry_after = retry_after_s(exc.response.headers)
+        if status == 429:
+            return TransientProviderError(
+                self.name, f"rate limited ({detail})", retry_after=retry_after
+            )
+        if status in (408, 409) or status >= 500:
+            return TransientProviderError(self.name, detail, retry_after=retry_after)
+        if _is_overflow(exc.code, exc.type, message):
+            return ContextOverflowError(self.name, f"context window exceeded ({detail})")
+        return PermanentProviderError(self.name, f"request rejected ({detail})")
+
+    def _clean(self, text: str) -> str:
+        """Short, one line, and without the API key even if a server echoes it."""
+        if len(self._secret) >= 8:
+            text = text.replace(self._secret, "***")
+        text = " ".join(text.split())
+        if len(text) > _MAX_MESSAGE_CHARS:
+            text = text[: _MAX_MESSAGE_CHARS - 1] + "…"
+        return text
+
+
+# --- request mapping --------------------------------------------------------------------
+
+
+def request_body(request: ModelRequest, *, completion_tokens: bool = False) -> dict[str, Any]:
+    """The JSON body of a streamed chat completion for `request`."""
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": chat_messages(request),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters_schema,
+                },
+            }
+            for tool in request.tools
+        ]
+        body["tool_choice"] = tool_choice(request.tool_choice)
+    if request.max_output_tokens:
+        field_name = "max_completion_tokens" if completion_tokens else "max_tokens"
+        body[field_name] = request.max_output_tokens
+    return body
+
+
+def tool_choice(choice: str) -> str | dict[str, Any]:
+    """`auto`, `none`, `required`, or the one tool the model must call."""
+    if choice in _CHOICES or not choice:
+        return choice or "auto"
+    return {"type": "function", "function": {"name": choice}}
+
+
+def chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """Instructions as a leading system message, then the transcript."""
+    messages = [{"role": "system", "content": request.instructions}] if request.instructions else []
+    return messages + [chat_message(m) for m in request.messages]
+
+
+def chat_message(message: Message) -> dict[str, Any]:
+    """One transcript message in Chat Completions form."""
+    match message.role:
+        case Role.SYSTEM | Role.USER:
+            return {"role": message.role.value, "content": message.text}
+        case Role.ASSISTANT:
+            if not message.tool_calls:
+                return {"role": "assistant", "content": message.text}
+            return {
+                "role": "assistant",
+                # OpenAI's own responses carry null content beside tool calls.
+                "content": message.text or None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                    }
+                    for call in message.tool_calls
+                ],
+            }
+        case Role.TOOL:
+            # Chat Completions has no error flag on tool results; say it in the content.
+            content = f"Error: {message.text}" if message.is_error else message.text
+            return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+    raise ValueError(f"unknown role {message.role!r}")
+
+
+# --- stream mapping ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str = ""
+    name: str = ""
+    begun: bool = False
+    pending: list[str] = field(default_factory=list)
+
+
+class ChunkReader:
+    """Turns `chat.completion.chunk`s into deltas: text, tool calls by index, finish, usage."""
+
+    def __init__(self) -> None:
+        self.finish_reason: FinishReason | None = None
+        self.usage: TokenUsage | None = None
+        self._calls: dict[int, _Call] = {}
+
+    def feed(self, chunk: ChatCompletionChunk) -> list[Delta]:
+        """The deltas of one chunk (only the first choice counts)."""
+        if chunk.usage is not None:
+            self.usage = TokenUsage(
+                chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
+            )
+        deltas: list[Delta] = []
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta is not None:
+                for text in (delta.content, delta.refusal):
+                    if text:
+                        deltas.append(TextChunk(text))
+                for position, fragment in enumerate(delta.tool_calls or ()):
+                    deltas += self._tool_fragment(position, fragment)
+            if choice.finish_reason:
+                deltas += self._flush()
+                self.finish_reason = _FINISH.get(choice.finish_reason, FinishReason.UNKNOWN)
+        return deltas
+
+    def finished(self, provider: str) -> Finished:
+        """The closing delta; a stream that never said why it stopped was cut short."""
+        if self.finish_reason is None:
+            raise TransientProviderError(provider, "stream ended early (no finish_reason)")
+        return Finished(self.finish_reason, self.usage or TokenUsage())
+
+    def _tool_fragment(self, position: int, fragment: Any) -> list[Delta]:
+        index = fragment.index if isinstance(fragment.index, int) else position
+        function = fragment.function
+        call = self._calls.get(index)
+        if call is None or (fragment.id and call.id and fragment.id != call.id):
+            call = self._calls[index] = _Call()
+        if fragment.id and not call.id:
+            call.id = fragment.id
+        if function is not None and function.name and not call.name:
+            call.name = function.name
+        if function is not None and function.arguments:
+            call.pending.append(function.arguments)
+        deltas: list[Delta] = []
+        # Announce a call once its name is known; its id too, unless the server never sends it.
+        if not call.begun and call.name and call.id:
+            deltas += self._begin(call)
+        if call.begun:
+            deltas += [ToolCallArguments(call.id, piece) for piece in call.pending]
+            call.pending.clear()
+        return deltas
+
+    def _begin(self, call: _Call) -> list[Delta]:
+        call.id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+        call.begun = True
+        return [ToolCallBegin(call.id, call.name)]
+
+    def _flush(self) -> list[Delta]:
+        """Calls still waiting for an id or a name start now (the loop reports a nameless one)."""
+        deltas: list[Delta] = []
+        for call in self._calls.values():
+            if not call.begun:
+                deltas += self._begin(call)
+                deltas += [ToolCallArguments(call.id, piece) for piece in call.pending]
+                call.pending.clear()
+        return deltas
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The server's wait hint: `retry-after-ms`, else `retry-after` in seconds or a date."""
+    milliseconds = _number(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _provider_message(exc: openai.APIStatusError) -> str:
+    """The provider's own message: `error.message` of a JSON body, else the body text."""
+    body = exc.body
+    if isinstance(body, Mapping):
+        message = body.get("message")
+        if isinstance(message, str):
+            return message
+        detail = body.get("detail")  # FastAPI-style servers (vLLM's validation errors)
+        return str(detail) if detail is not None else ""
+    return body if isinstance(body, str) else ""
+
+
+def _is_overflow(code: str | None, kind: str | None, message: str) -> bool:
+    if code in _OVERFLOW_CODES or kind in _OVERFLOW_CODES:
+        return True
+    return bool(_OVERFLOW_TEXT.search(message))
+
+
+def _rejects_max_tokens(exc: openai.BadRequestError) -> bool:
+    message = _provider_message(exc)
+    return exc.param == "max_tokens" or (
+        "max_tokens" in message and "max_completion_tokens" in message
+    )
+
+
+def _cause(exc: openai.OpenAIError) -> BaseException | None:
+    # An auth error's text may quote part of the key: keep it out of any traceback.
+    if isinstance(exc, openai.AuthenticationError):
+        return None
+    return exc

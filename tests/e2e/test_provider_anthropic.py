@@ -1,0 +1,345 @@
+"""The Anthropic adapter through a real behest server, against a fake Messages API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from behest._proto.agent.v1 import common_pb2 as c
+from behest._proto.agent.v1 import run_pb2 as pb
+from tests.fakes.anthropic_fake import (
+    FakeAnthropic,
+    Reply,
+    error_reply,
+    stream_error_reply,
+    text_reply,
+    tool_reply,
+)
+from tests.support import (
+    Server,
+    collect,
+    create_request,
+    fast_settings,
+    kind,
+    start_server,
+    stop_server,
+)
+
+PROVIDER = "fake-anthropic"
+MODEL = "claude-test"
+KEY = f"sk-ant-test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic() as running:
+        yield running
+
+
+@pytest.fixture
+async def server(
+    tmp_path: Path, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Server]:
+    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", KEY)
+    table = {
+        "type": "anthropic",
+        "base_url": fake.url,
+        "api_key_env": "FAKE_ANTHROPIC_KEY",
+        "max_attempts": 3,
+        "timeout_s": 5,
+        "models": {MODEL: {"context_window": 8000, "max_output_tokens": 256}},
+    }
+    settings = fast_settings(tmp_path).with_tables({"providers": {PROVIDER: table}}, source="test")
+    running = await start_server(settings)
+    try:
+        yield running
+    finally:
+        await stop_server(running)
+        # behest has no hook that closes providers yet; close the SDK client's pool here.
+        await running.app.executor._providers.get(PROVIDER).aclose()  # type: ignore[attr-defined]
+
+
+def request(text: str, **fields: str | list[str]) -> pb.CreateRunRequest:
+    return create_request(text, provider=PROVIDER, model=MODEL, **fields)  # type: ignore[arg-type]
+
+
+async def run(server: Server, text: str, **fields: str | list[str]) -> list[pb.AgentEvent]:
+    return await collect(server.runs.CreateRunStream(request(text, **fields)))
+
+
+def kinds(events: list[pb.AgentEvent]) -> list[str]:
+    return [kind(e) for e in events]
+
+
+def started_iterations(events: list[pb.AgentEvent]) -> list[int]:
+    return [e.model_started.iteration for e in events if kind(e) == "model_started"]
+
+
+def text_after_last_start(events: list[pb.AgentEvent]) -> str:
+    last = max(i for i, e in enumerate(events) if kind(e) == "model_started")
+    return "".join(e.text_delta.delta for e in events[last:] if kind(e) == "text_delta")
+
+
+async def test_a_text_answer_streams_the_documented_events(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(text_reply("Hello", ", ", "world", input_tokens=21, output_tokens=9))
+    events = await run(server, "Say hello")
+    assert kinds(events) == [
+        "run_started",
+        "context_built",
+        "model_started",
+        "text_delta",
+        "text_delta",
+        "text_delta",
+        "assistant_message_committed",
+        "usage_recorded",
+        "run_completed",
+    ]
+    assert [e.text_delta.delta for e in events if kind(e) == "text_delta"] == [
+        "Hello",
+        ", ",
+        "world",
+    ]
+    assert events[2].model_started == pb.ModelStartedEvent(
+        provider=PROVIDER, model=MODEL, iteration=1
+    )
+    usage = events[7].usage_recorded.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (21, 9, 30)
+    assert events[-1].run_completed.finish_reason == c.FINISH_REASON_STOP
+    assert events[-1].run_completed.iterations == 1
+
+
+async def test_two_tool_calls_with_fragmented_input_run_and_return_their_results(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(
+        tool_reply(
+            ("toolu_01A", "calculator", ['{"expres', 'sion": "2', '*21"}']),
+            ("toolu_01B", "calculator", ['{"expression"', ': "1+1"}']),
+            text="Computing.",
+        ),
+        text_reply("42 and 2"),
+    )
+    events = await run(server, "What are 2*21 and 1+1?")
+    first_answer = events[: kinds(events).index("assistant_message_committed")]
+    assert kinds(first_answer)[3:] == [
+        "text_delta",
+        "tool_call_started",
+        "tool_call_delta",
+        "tool_call_delta",
+        "tool_call_delta",
+        "tool_call_completed",
+        "tool_call_started",
+        "tool_call_delta",
+        "tool_call_delta",
+        "tool_call_completed",
+    ]
+    started = [e.tool_call_started for e in events if kind(e) == "tool_call_started"]
+    assert [(s.call_id, s.tool_name) for s in started] == [
+        ("toolu_01A", "calculator"),
+        ("toolu_01B", "calculator"),
+    ]
+    completed = [e.tool_call_completed.call for e in events if kind(e) == "tool_call_completed"]
+    assert [(call.id, call.arguments) for call in completed] == [
+        ("toolu_01A", '{"expression": "2*21"}'),
+        ("toolu_01B", '{"expression": "1+1"}'),
+    ]
+    for call in completed:
+        joined = "".join(
+            e.tool_call_delta.delta
+            for e in events
+            if kind(e) == "tool_call_delta" and e.tool_call_delta.call_id == call.id
+        )
+        assert joined == call.arguments
+    assert kinds(events).count("tool_message_committed") == 2
+    assert kind(events[-1]) == "run_completed"
+    assert events[-1].run_completed.iterations == 2
+
+    second = fake.requests[1].body
+    assert second["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "What are 2*21 and 1+1?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Computing."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_01A",
+                    "name": "calculator",
+                    "input": {"expression": "2*21"},
+                },
+                {
+                    "type": "tool_use",
+                    "id": "toolu_01B",
+                    "name": "calculator",
+                    "input": {"expression": "1+1"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01A",
+                    "is_error": False,
+                    "content": "42",
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01B",
+                    "is_error": False,
+                    "content": "2",
+                },
+            ],
+        },
+    ]
+
+
+async def test_a_429_waits_for_retry_after_and_announces_the_model_call_again(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(
+        error_reply(429, "rate_limit_error", "Number of requests exceeded", {"retry-after": "1"}),
+        text_reply("after ", "the wait"),
+    )
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1, 1]
+    assert fake.requests[1].at - fake.requests[0].at >= 1.0
+    assert text_after_last_start(events) == "after the wait"
+    assert kind(events[-1]) == "run_completed"
+
+
+async def test_a_529_overloaded_is_retried(server: Server, fake: FakeAnthropic) -> None:
+    fake.script(error_reply(529, "overloaded_error", "Overloaded"), text_reply("fine now"))
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1, 1]
+    assert kind(events[-1]) == "run_completed"
+
+
+async def test_an_error_event_inside_the_stream_is_retried(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(stream_error_reply("partial "), text_reply("whole answer"))
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1, 1]
+    assert text_after_last_start(events) == "whole answer"
+    assert kind(events[-1]) == "run_completed"
+
+
+async def test_a_500_on_every_attempt_fails_the_run_naming_provider_and_cause(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(*[error_reply(500, "api_error", "Internal server error")] * 3, text_reply("no"))
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1, 1, 1]
+    assert len(fake.requests) == 3
+    assert kind(events[-1]) == "run_failed"
+    error = events[-1].run_failed.error
+    assert PROVIDER in error
+    assert "HTTP 500" in error
+    assert "Internal server error" in error
+    assert "gave up after 3 attempts" in error
+
+
+async def test_a_401_fails_at_once_and_the_key_is_in_no_event_and_no_log(
+    server: Server, fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake.script(
+        error_reply(401, "authentication_error", "invalid x-api-key"), text_reply("never sent")
+    )
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1]
+    assert len(fake.requests) == 1
+    assert kind(events[-1]) == "run_failed"
+    assert "authentication failed" in events[-1].run_failed.error
+    assert "401" in events[-1].run_failed.error
+    assert all(KEY.encode() not in e.SerializeToString() for e in events)
+    assert caplog.records
+    for record in caplog.records:
+        assert KEY not in record.getMessage()
+        assert KEY not in logging.Formatter().format(record)
+
+
+async def test_a_stream_cut_mid_answer_is_retried_and_the_final_text_is_complete(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    answer = text_reply("The ", "answer ", "is ", "42")
+    # message_start, ping, content_block_start, "The ", "answer ", then the connection closes.
+    fake.script(Reply(events=answer.events, cut_after=5), answer)
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1, 1]
+    first = kinds(events).index("model_started")
+    second = kinds(events).index("model_started", first + 1)
+    assert [e.text_delta.delta for e in events[first:second] if kind(e) == "text_delta"] == [
+        "The ",
+        "answer ",
+    ]
+    assert text_after_last_start(events) == "The answer is 42"
+    assert kind(events[-1]) == "run_completed"
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=events[0].run_id))
+    final = output.output.messages[-1]
+    assert final.role == "assistant"
+    assert "".join(part.text.text for part in final.content) == "The answer is 42"
+
+
+async def test_cancel_during_a_slow_stream_closes_the_connection(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(text_reply(*[f"w{i} " for i in range(50)], pause_s=0.2))
+    stream = server.runs.CreateRunStream(request("go slowly"))
+    seen = []
+    async for event in stream:
+        seen.append(event)
+        if kind(event) == "text_delta":
+            break
+    began = time.monotonic()
+    await server.runs.CancelRun(pb.CancelRunRequest(run_id=seen[0].run_id))
+    rest = [event async for event in stream]
+    assert time.monotonic() - began < 1.0
+    assert kind(rest[-1]) == "run_cancelled"
+    await asyncio.wait_for(fake.closed_early.wait(), timeout=2.0)
+    assert fake.requests[0].closed_early
+
+
+async def test_the_request_maps_instructions_tools_choice_and_limits(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.script(text_reply("ok"))
+    events = await run(
+        server,
+        "Add 1 and 2",
+        instructions="Answer briefly.",
+        tool_choice="calculator",
+        tools=["calculator"],
+    )
+    assert kind(events[-1]) == "run_completed"
+    sent = fake.requests[0]
+    body = sent.body
+    assert body["model"] == MODEL
+    assert body["stream"] is True
+    assert body["max_tokens"] == 256
+    assert body["system"] == "Answer briefly."
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Add 1 and 2"}]}
+    ]
+    assert [tool["name"] for tool in body["tools"]] == ["calculator"]
+    tool = body["tools"][0]
+    assert tool["description"].startswith("Exact arithmetic")
+    assert tool["input_schema"]["required"] == ["expression"]
+    assert body["tool_choice"] == {"type": "tool", "name": "calculator"}
+    assert sent.headers["anthropic-version"]
+    # SDK 2.x sends the key as a bearer token; 1.x and the older docs use x-api-key.
+    assert KEY in (sent.headers.get("x-api-key"), sent.headers.get("authorization", "")[7:])
+    assert json.dumps(body).find(KEY) == -1
+    # The SDK's span continues the run's trace, and the request carries it.
+    assert sent.headers["traceparent"].split("-")[1] == events[0].trace_id
