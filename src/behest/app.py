@@ -55,13 +55,19 @@ class App:
             limits=LoopLimits(
                 max_iterations=settings.max_iterations,
                 tool_concurrency=settings.tool_concurrency,
+                compaction_cooldown_s=settings.compaction_cooldown_s,
             ),
             max_concurrent_runs=settings.max_concurrent_runs,
             node_id=settings.node_id,
             lease_s=settings.run_lease_s,
             resume_runs=settings.resume_runs,
         )
-        self.runs = RunService(store=self.store, event_log=self.event_log, executor=self.executor)
+        self.runs = RunService(
+            store=self.store,
+            event_log=self.event_log,
+            executor=self.executor,
+            cooldown_s=settings.compaction_cooldown_s,
+        )
         self.server = ApiServer(
             self.runs,
             listen=settings.listen,

@@ -62,6 +62,8 @@ class Settings:
     # Resume interrupted runs at start-up (and adopt those of vanished nodes). Off: they wait
     # in ListSnapshots until resumed by a later start, cancelled, or abandoned (DeleteSnapshot).
     resume_runs: bool = True
+    # An open compaction circuit breaker closes again after this many seconds.
+    compaction_cooldown_s: float = 300.0
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = 10.0
 

@@ -6,6 +6,7 @@ On a shared database other tests change these rows too: each test sets what it a
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.store.sql.store import SqlStore
@@ -54,13 +55,13 @@ async def test_put_compaction_config_replaces_the_previous_one(store: SqlStore) 
 
 async def test_put_compaction_config_closes_an_open_circuit_breaker(store: SqlStore) -> None:
     await trip_circuit_breaker(store, failures=5)
-    assert (await store.get_circuit_breaker()).is_open
+    assert (await store.get_circuit_breaker()).is_open(now=datetime.now(UTC), cooldown_s=3600)
 
     await store.put_compaction_config(_some_config())
 
     breaker = await store.get_circuit_breaker()
     assert breaker == CircuitBreakerState(consecutive_failures=0, opened_at=None)
-    assert not breaker.is_open
+    assert not breaker.is_open(now=datetime.now(UTC), cooldown_s=3600)
 
 
 async def test_circuit_breaker_reads_back_failures_and_when_it_opened(store: SqlStore) -> None:
@@ -69,4 +70,20 @@ async def test_circuit_breaker_reads_back_failures_and_when_it_opened(store: Sql
     breaker = await store.get_circuit_breaker()
 
     assert breaker == CircuitBreakerState(consecutive_failures=4, opened_at=opened_at)
-    assert breaker.is_open
+    assert breaker.is_open(now=datetime.now(UTC), cooldown_s=3600)
+
+
+async def test_record_compaction_opens_at_the_threshold_and_a_success_closes_it(
+    store: SqlStore,
+) -> None:
+    await store.put_compaction_config(_some_config())  # a known, closed breaker
+    now = datetime.now(UTC)
+    first = await store.record_compaction(succeeded=False, threshold=2, now=now)
+    assert (first.consecutive_failures, first.opened_at) == (1, None)
+    second = await store.record_compaction(succeeded=False, threshold=2, now=now)
+    assert second.consecutive_failures == 2
+    assert second.is_open(now=now, cooldown_s=60)
+    assert not second.is_open(now=now + timedelta(seconds=61), cooldown_s=60)
+    assert await store.get_circuit_breaker() == second
+    closed = await store.record_compaction(succeeded=True, threshold=2, now=now)
+    assert closed == CircuitBreakerState(consecutive_failures=0, opened_at=None)

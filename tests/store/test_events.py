@@ -28,6 +28,10 @@ EVERY_KIND: list[ev.Payload] = [
     ev.UsageRecorded(usage=TokenUsage(input_tokens=3_000_000_000, output_tokens=42)),
     ev.DoomLoopDetected(description="read_file({'path': '/tmp/x'}) three times in a row"),
     ev.CompactionCircuitOpened(consecutive_failures=3),
+    ev.CompactionStarted(messages_before=12, estimated_tokens_before=9000, reason="overflow"),
+    ev.CompactionFinished(
+        messages_after=4, estimated_tokens_after=1200, pruned_only=False, succeeded=True
+    ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.RunFailed(error="provider 'local': boom"),
     ev.RunCancelled(),

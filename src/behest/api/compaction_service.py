@@ -27,4 +27,5 @@ class CompactionServicer:
     async def GetCircuitBreaker(
         self, request: pb.GetCircuitBreakerRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetCircuitBreakerResponse:
-        return convert.circuit_breaker(await self._runs.circuit_breaker())
+        state, is_open = await self._runs.circuit_breaker()
+        return convert.circuit_breaker(state, is_open=is_open)

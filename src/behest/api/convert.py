@@ -103,6 +103,24 @@ def event(value: ev.Event) -> pb.AgentEvent:
             out.doom_loop_detected.description = p.description
         case ev.CompactionCircuitOpened():
             out.compaction_circuit_opened.consecutive_failures = p.consecutive_failures
+        case ev.CompactionStarted():
+            out.compaction_started.CopyFrom(
+                pb.CompactionStartedEvent(
+                    messages_before=p.messages_before,
+                    estimated_tokens_before=p.estimated_tokens_before,
+                    reason=p.reason,
+                )
+            )
+        case ev.CompactionFinished():
+            out.compaction_finished.CopyFrom(
+                pb.CompactionFinishedEvent(
+                    messages_after=p.messages_after,
+                    estimated_tokens_after=p.estimated_tokens_after,
+                    pruned_only=p.pruned_only,
+                    succeeded=p.succeeded,
+                    error=p.error,
+                )
+            )
         case _:
             assert_never(p)
     return out
@@ -190,7 +208,7 @@ def compaction_config_from(request: pb.UpdateCompactionConfigRequest) -> Compact
     )
 
 
-def circuit_breaker(state: CircuitBreakerState) -> pb.GetCircuitBreakerResponse:
+def circuit_breaker(state: CircuitBreakerState, *, is_open: bool) -> pb.GetCircuitBreakerResponse:
     return pb.GetCircuitBreakerResponse(
-        is_open=state.is_open, consecutive_failures=state.consecutive_failures
+        is_open=is_open, consecutive_failures=state.consecutive_failures
     )

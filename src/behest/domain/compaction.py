@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +44,6 @@ class CircuitBreakerState:
     consecutive_failures: int = 0
     opened_at: datetime | None = None
 
-    @property
-    def is_open(self) -> bool:
-        return self.opened_at is not None
+    def is_open(self, *, now: datetime, cooldown_s: float) -> bool:
+        """Open from `opened_at` until the cool-down has passed."""
+        return self.opened_at is not None and now < self.opened_at + timedelta(seconds=cooldown_s)

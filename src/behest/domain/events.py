@@ -104,6 +104,22 @@ class CompactionCircuitOpened:
     consecutive_failures: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionStarted:
+    messages_before: int
+    estimated_tokens_before: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionFinished:
+    messages_after: int
+    estimated_tokens_after: int
+    pruned_only: bool
+    succeeded: bool
+    error: str = ""
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -122,6 +138,8 @@ Payload = (
     | RunCancelled
     | DoomLoopDetected
     | CompactionCircuitOpened
+    | CompactionStarted
+    | CompactionFinished
 )
 
 TERMINAL = (RunCompleted, RunFailed, RunCancelled)

@@ -40,3 +40,5 @@ class Message:
     tool_call_id: str = ""
     tool_name: str = ""
     is_error: bool = False
+    # Set on a compaction summary: it stands for the session's messages up to this position.
+    summary_through: int | None = None

@@ -30,6 +30,8 @@ class ModelRequest:
     instructions: str = ""
     max_output_tokens: int | None = None
     call_number: int = 1
+    # "answer" for the agent loop's calls, "summary" for a compaction's summary call.
+    purpose: str = "answer"
 
 
 @dataclass(frozen=True, slots=True)

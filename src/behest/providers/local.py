@@ -1,6 +1,8 @@
 """The offline, deterministic `local` provider: `echo` and a JSON-scripted `script` model.
 
-`echo` answers with the text of the last user message, one word per chunk.
+`echo` answers with the text of the last user message, one word per chunk. Its summary calls
+(compaction) answer `summarise(text)`: the count of lines and each line's first six words;
+`script` refuses to summarise, which makes a compaction fail on purpose.
 
 `script` reads the last user message as `{"steps": [...]}` and plays `steps[N-1]` on the
 run's N-th model call (retries count, so an error step followed by a text step exercises a
@@ -108,7 +110,12 @@ class LocalProvider:
         """Stream one model call's deltas; the last one is `Finished`."""
         self.check_model(request.model)
         last_user = _last_user_text(request.messages)
-        if request.model == "echo":
+        if request.purpose == "summary" and request.model == "script":
+            # A deterministic way to make compaction fail (tests of the circuit breaker).
+            raise PermanentProviderError(self.name, "model 'script' does not summarise")
+        if request.purpose == "summary":
+            step = ScriptStep(text=summarise(last_user))
+        elif request.model == "echo":
             step = ScriptStep(text=last_user)
         else:
             steps = parse_script(last_user)
@@ -159,6 +166,13 @@ class LocalProvider:
                 return ContextOverflowError(self.name, "context window exceeded (scripted)")
             case _:
                 return PermanentProviderError(self.name, "bad request (400, scripted)")
+
+
+def summarise(text: str) -> str:
+    """The local model's summary: deterministic, so tests can check where it ends up."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    gist = " / ".join(" ".join(line.split()[:6]) for line in lines)
+    return f"[{len(lines)} earlier lines] {gist}"
 
 
 def split_words(text: str) -> list[str]:

@@ -35,7 +35,9 @@ from behest.errors import (
 )
 from behest.events.log import EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
+from behest.runs.compactor import Compactor
 from behest.runs.loop import AgentLoop, LoopLimits, Outcome
+from behest.runs.summariser import Summariser
 from behest.runs.transcript import closing_results
 from behest.store.base import (
     AppendEvent,
@@ -274,6 +276,7 @@ class Executor:
                     provider_config=self._providers.config(run.provider),
                     tools=self._tools,
                     limits=self._limits,
+                    compactor=await self._compactor(run, run_log),
                 )
                 terminal = await self._outcome(run, loop, snapshot)
                 if terminal is None:
@@ -282,6 +285,19 @@ class Executor:
         finally:
             self._tasks.pop(run.id, None)
             self._cancel_requested.discard(run.id)
+
+    async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
+        """Compaction as configured when the run starts (later updates apply to later runs)."""
+        config = await self._store.get_compaction_config()
+        return Compactor(
+            run=run,
+            log=run_log,
+            store=self._store,
+            config=config,
+            context_window=self._providers.model_info(run.provider, run.model).context_window,
+            summarise=Summariser(self._providers, config, run),
+            cooldown_s=self._limits.compaction_cooldown_s,
+        )
 
     async def _outcome(
         self, run: Run, loop: AgentLoop, snapshot: Snapshot | None

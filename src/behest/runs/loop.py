@@ -18,7 +18,12 @@ from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolChoice
 from behest.domain.snapshots import Snapshot
-from behest.errors import FailedPrecondition, TransientProviderError
+from behest.errors import (
+    ContextOverflowError,
+    FailedPrecondition,
+    ProviderError,
+    TransientProviderError,
+)
 from behest.events.log import RunLog
 from behest.providers.base import (
     Delta,
@@ -30,6 +35,8 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
+from behest.runs import compaction
+from behest.runs.compactor import Compacted, Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.store.base import AppendMessage, PutSnapshot, Store, UpdateRun, Write
 from behest.telemetry import tracer
@@ -43,6 +50,7 @@ class LoopLimits:
 
     max_iterations: int = 10
     tool_concurrency: int = 4
+    compaction_cooldown_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,7 @@ class AgentLoop:
         provider_config: ProviderConfig,
         tools: ToolRegistry,
         limits: LoopLimits,
+        compactor: Compactor | None = None,
     ) -> None:
         self._run = run
         self._log = log
@@ -84,6 +93,7 @@ class AgentLoop:
         self._transcript: list[Message] = []
         self.next_position = 0
         self._provider = provider
+        self._compactor = compactor
         self._retry = provider_config.retry
         self._timeout_s = provider_config.timeout_s
         self._max_output_tokens = provider_config.model_info(run.model).max_output_tokens
@@ -120,8 +130,10 @@ class AgentLoop:
                     f"{self._max_iterations} iterations"
                 )
             self.iteration += 1
+            if self._compactor is not None:
+                self._adopt(await self._compactor.before_call(self._transcript, self.next_position))
             await self._log.emit(
-                ev.ContextBuilt(len(self._transcript)),
+                ev.ContextBuilt(len(compaction.context(self._transcript))),
                 state=self._state(RunStatus.BUILDING_CONTEXT),
             )
             answer = await self._call_model()
@@ -186,6 +198,7 @@ class AgentLoop:
 
     async def _call_model(self) -> _Answer:
         attempt = 0
+        overflowed = False
         while True:
             attempt += 1
             self.model_calls += 1
@@ -204,6 +217,19 @@ class AgentLoop:
                     },
                 ):
                     return await self._stream_answer()
+            except ContextOverflowError as exc:
+                if overflowed or self._compactor is None:
+                    raise
+                overflowed = True  # compact, then one more try
+                compacted = await self._compactor.after_overflow(
+                    self._transcript, self.next_position
+                )
+                if compacted is None:
+                    raise ContextOverflowError(
+                        exc.provider, f"{_reason(exc)}; compacting the context failed"
+                    ) from exc
+                self._adopt(compacted)
+                continue
             except TransientProviderError as exc:
                 if (exc.retry_after or 0) > self._retry.max_retry_after_s:
                     raise TransientProviderError(
@@ -220,7 +246,7 @@ class AgentLoop:
     async def _stream_answer(self) -> _Answer:
         request = ModelRequest(
             model=self._run.model,
-            messages=list(self._transcript),
+            messages=compaction.context(self._transcript),
             tools=self._tools.definitions(sorted(self._offered)),
             tool_choice=self._run.tool_choice,
             instructions=self._run.instructions,
@@ -347,6 +373,11 @@ class AgentLoop:
 
     # --- bookkeeping ------------------------------------------------------------------
 
+    def _adopt(self, compacted: Compacted | None) -> None:
+        if compacted is not None:
+            self._transcript = compacted.transcript
+            self.next_position += int(compacted.used_position)
+
     async def _load_transcript(self) -> None:
         self._transcript = await self._store.session_messages(self._run.session_id)
         self.next_position = self._transcript[-1].position + 1 if self._transcript else 0
@@ -396,7 +427,7 @@ class AgentLoop:
         ]
 
 
-def _reason(exc: TransientProviderError) -> str:
+def _reason(exc: ProviderError) -> str:
     prefix = f"provider {exc.provider!r}: "
     text = str(exc)
     return text[len(prefix) :] if text.startswith(prefix) else text

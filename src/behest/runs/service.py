@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
@@ -19,8 +20,11 @@ from behest.store.base import Store
 class RunService:
     """Runs, snapshots and compaction settings, over the executor, the store and the log."""
 
-    def __init__(self, *, store: Store, event_log: EventLog, executor: Executor) -> None:
+    def __init__(
+        self, *, store: Store, event_log: EventLog, executor: Executor, cooldown_s: float
+    ) -> None:
         self._store = store
+        self._cooldown_s = cooldown_s
         self._log = event_log
         self._executor = executor
 
@@ -88,5 +92,7 @@ class RunService:
             raise InvalidArgument("; ".join(problems))
         await self._store.put_compaction_config(config)
 
-    async def circuit_breaker(self) -> CircuitBreakerState:
-        return await self._store.get_circuit_breaker()
+    async def circuit_breaker(self) -> tuple[CircuitBreakerState, bool]:
+        """The stored breaker, and whether it is open now (its cool-down counted)."""
+        state = await self._store.get_circuit_breaker()
+        return state, state.is_open(now=datetime.now(UTC), cooldown_s=self._cooldown_s)

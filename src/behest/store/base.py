@@ -45,7 +45,16 @@ class DeleteSnapshot:
     run_id: str
 
 
-Write = AppendEvent | AppendMessage | UpdateRun | PutSnapshot | DeleteSnapshot
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClearToolResults:
+    """Prune: replace the text of the session's tool results up to a position."""
+
+    session_id: str
+    through_position: int
+    text: str
+
+
+Write = AppendEvent | AppendMessage | UpdateRun | PutSnapshot | DeleteSnapshot | ClearToolResults
 
 
 class Store(Protocol):
@@ -122,3 +131,10 @@ class Store(Protocol):
     async def put_compaction_config(self, config: CompactionConfig) -> None: ...
 
     async def get_circuit_breaker(self) -> CircuitBreakerState: ...
+
+    async def record_compaction(
+        self, *, succeeded: bool, threshold: int, now: datetime
+    ) -> CircuitBreakerState:
+        """Count a compaction's outcome across runs; the breaker opens at `threshold`
+        consecutive failures and closes on a success. Returns the new state."""
+        ...

@@ -79,6 +79,7 @@ def message_to_row(message: Message) -> dict[str, Any]:
         "tool_call_id": message.tool_call_id,
         "tool_name": message.tool_name,
         "is_error": message.is_error,
+        "summary_through": message.summary_through,
         "created_at": message.created_at,
     }
 
@@ -95,6 +96,7 @@ def message_from_row(row: Any) -> Message:
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
         is_error=bool(row.is_error),
+        summary_through=row.summary_through,
         created_at=utc(row.created_at),
     )
 

@@ -24,6 +24,7 @@ from behest.errors import Aborted, AlreadyExists, NotFound
 from behest.store.base import (
     AppendEvent,
     AppendMessage,
+    ClearToolResults,
     DeleteSnapshot,
     PutSnapshot,
     UpdateRun,
@@ -266,6 +267,7 @@ class SqlStore:
         messages: list[dict[str, Any]] = []
         run_updates: dict[str, UpdateRun] = {}
         snapshots: dict[str, Snapshot | None] = {}
+        clears: list[ClearToolResults] = []
         for write in writes:
             match write:
                 case AppendEvent(event):
@@ -281,11 +283,23 @@ class SqlStore:
                     snapshots[saved.run_id] = saved
                 case DeleteSnapshot(run_id):
                     snapshots[run_id] = None
+                case ClearToolResults():
+                    clears.append(write)
         async with self.engines.writer.begin() as conn:
             if messages:
                 await conn.execute(sa.insert(t.messages), messages)
             if events:
                 await conn.execute(sa.insert(t.events), events)
+            for clear in clears:
+                await conn.execute(
+                    sa.update(t.messages)
+                    .where(
+                        t.messages.c.session_id == clear.session_id,
+                        t.messages.c.role == "tool",
+                        t.messages.c.position <= clear.through_position,
+                    )
+                    .values(text=clear.text)
+                )
             for update in run_updates.values():
                 await self._update_run(conn, update)
             for run_id, snapshot in snapshots.items():
@@ -402,6 +416,22 @@ class SqlStore:
             return CircuitBreakerState()
         opened = rows.utc(row.opened_at) if row.opened_at else None
         return CircuitBreakerState(consecutive_failures=row.consecutive_failures, opened_at=opened)
+
+    async def record_compaction(
+        self, *, succeeded: bool, threshold: int, now: datetime
+    ) -> CircuitBreakerState:
+        breaker = t.circuit_breaker
+        async with self.engines.writer.begin() as conn:
+            query = sa.select(breaker).where(breaker.c.id == 1)
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update()
+            row = (await conn.execute(query)).first()
+            failures = 0 if succeeded else (row.consecutive_failures if row else 0) + 1
+            # Each failure at or past the threshold (re)opens it: also one after a cool-down.
+            opened_at = now if failures >= threshold else None
+            values = {"id": 1, "consecutive_failures": failures, "opened_at": opened_at}
+            await conn.execute(self._upsert(breaker, values, key="id"))
+        return CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
 
 
 def _config_fields() -> list[str]:

@@ -99,6 +99,8 @@ messages = sa.Table(
     sa.Column("tool_call_id", sa.String(200), nullable=False),
     sa.Column("tool_name", sa.String(200), nullable=False),
     sa.Column("is_error", sa.Boolean, nullable=False),
+    # Compaction summaries stand for the messages up to this position (migration 0004).
+    sa.Column("summary_through", sa.Integer, nullable=True),
     sa.Column("created_at", Ts, nullable=False),
     sa.UniqueConstraint("session_id", "position", name="uq_messages_session_position"),
     sa.Index("ix_messages_run", "run_id"),

@@ -47,6 +47,8 @@ class AgentEvent(_message.Message):
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     DOOM_LOOP_DETECTED_FIELD_NUMBER: _builtins.int
     COMPACTION_CIRCUIT_OPENED_FIELD_NUMBER: _builtins.int
+    COMPACTION_STARTED_FIELD_NUMBER: _builtins.int
+    COMPACTION_FINISHED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -91,6 +93,12 @@ class AgentEvent(_message.Message):
     @_builtins.property
     def compaction_circuit_opened(self) -> Global___CompactionCircuitOpenedEvent: ...
     @_builtins.property
+    def compaction_started(self) -> Global___CompactionStartedEvent:
+        """Added in behest 0.4."""
+
+    @_builtins.property
+    def compaction_finished(self) -> Global___CompactionFinishedEvent: ...
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -114,15 +122,17 @@ class AgentEvent(_message.Message):
         run_cancelled: Global___RunCancelledEvent | None = ...,
         doom_loop_detected: Global___DoomLoopDetectedEvent | None = ...,
         compaction_circuit_opened: Global___CompactionCircuitOpenedEvent | None = ...,
+        compaction_started: Global___CompactionStartedEvent | None = ...,
+        compaction_finished: Global___CompactionFinishedEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assistant_message_committed", b"assistant_message_committed", "compaction_circuit_opened", b"compaction_circuit_opened", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assistant_message_committed", b"assistant_message_committed", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant_message_committed", b"assistant_message_committed", "compaction_circuit_opened", b"compaction_circuit_opened", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant_message_committed", b"assistant_message_committed", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -480,6 +490,71 @@ class CompactionCircuitOpenedEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompactionCircuitOpenedEvent: _TypeAlias = CompactionCircuitOpenedEvent  # noqa: Y015
+
+@_typing.final
+class CompactionStartedEvent(_message.Message):
+    """Added in behest 0.4: the context is about to be compacted before a model call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_BEFORE_FIELD_NUMBER: _builtins.int
+    ESTIMATED_TOKENS_BEFORE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    messages_before: _builtins.int
+    estimated_tokens_before: _builtins.int
+    reason: _builtins.str
+    """"threshold" (the context reached the window minus buffer_tokens) or "overflow" (the
+    provider reported a context overflow).
+    """
+    def __init__(
+        self,
+        *,
+        messages_before: _builtins.int = ...,
+        estimated_tokens_before: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["estimated_tokens_before", b"estimated_tokens_before", "messages_before", b"messages_before", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionStartedEvent: _TypeAlias = CompactionStartedEvent  # noqa: Y015
+
+@_typing.final
+class CompactionFinishedEvent(_message.Message):
+    """Added in behest 0.4: how a compaction ended."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_AFTER_FIELD_NUMBER: _builtins.int
+    ESTIMATED_TOKENS_AFTER_FIELD_NUMBER: _builtins.int
+    PRUNED_ONLY_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    messages_after: _builtins.int
+    estimated_tokens_after: _builtins.int
+    pruned_only: _builtins.bool
+    """True when clearing old tool results was enough and no summary was made."""
+    succeeded: _builtins.bool
+    error: _builtins.str
+    """Why it failed, when it did."""
+    def __init__(
+        self,
+        *,
+        messages_after: _builtins.int = ...,
+        estimated_tokens_after: _builtins.int = ...,
+        pruned_only: _builtins.bool = ...,
+        succeeded: _builtins.bool = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "estimated_tokens_after", b"estimated_tokens_after", "messages_after", b"messages_after", "pruned_only", b"pruned_only", "succeeded", b"succeeded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionFinishedEvent: _TypeAlias = CompactionFinishedEvent  # noqa: Y015
 
 @_typing.final
 class RunRecord(_message.Message):
