@@ -20,6 +20,10 @@ async def _sleep(arguments: dict[str, Any]) -> str:
     return f"slept {arguments['seconds']}"
 
 
+async def _big(arguments: dict[str, Any]) -> str:
+    return "x" * int(arguments["size"])
+
+
 async def _explode(arguments: dict[str, Any]) -> str:
     raise RuntimeError("kaboom")
 
@@ -53,6 +57,18 @@ def all_tools() -> list[Tool]:
             description="Sleeps; safe to run again after a crash.",
             parameters_schema=SECONDS,
             function=_sleep,
+            idempotent=True,
+        ),
+        FunctionTool(
+            name="big_output",
+            description="Returns `size` characters.",
+            parameters_schema={
+                "type": "object",
+                "properties": {"size": {"type": "integer", "minimum": 0}},
+                "required": ["size"],
+            },
+            function=_big,
+            concurrency_safe=True,
             idempotent=True,
         ),
         FunctionTool(name="explode", description="Always raises.", function=_explode),

@@ -19,7 +19,8 @@ retry); once the steps run out it answers "done". A step's fields, all optional:
                           tool calls, else stop
     say           str     answer with what the model was given, so tests can see it:
                           tool_results (this turn's tool messages), tools (offered tools and
-                          tool_choice), history (the transcript's roles), instructions
+                          tool_choice), history (the transcript's roles), instructions,
+                          summary (the compaction summary the model was given)
 
 Usage is a deterministic estimate: input tokens = (characters of every request message's
 text and tool-call arguments) // 4 + 1; output tokens = the number of text chunks and
@@ -63,7 +64,7 @@ _FINISH = {
     "tool_calls": FinishReason.TOOL_CALLS,
 }
 _ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
-_SAYINGS = ("tool_results", "tools", "history", "instructions")
+_SAYINGS = ("tool_results", "tools", "history", "instructions", "summary")
 _STEP_FIELDS = frozenset(
     {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish", "say"}
 )
@@ -291,6 +292,9 @@ def _say(what: str, request: ModelRequest) -> str:
                 else m.role.value
                 for m in messages
             )
+        case "summary":
+            summaries = [m.text for m in messages if m.summary_through is not None]
+            return summaries[-1] if summaries else "no summary"
         case _:
             return request.instructions or "no instructions"
 

@@ -130,6 +130,10 @@ class Executor:
             span.end()
         return created
 
+    def check_model(self, provider: str, model: str) -> None:
+        """Raise InvalidArgument unless the provider is configured and offers the model."""
+        self._providers.check(provider, model)
+
     def _check_tools(self, request: RunRequest) -> None:
         known = self._tools.names()
         unknown = [name for name in request.tools if name not in known]

@@ -90,6 +90,8 @@ class RunService:
         problems = config.problems()
         if problems:
             raise InvalidArgument("; ".join(problems))
+        if config.provider:
+            self._executor.check_model(config.provider, config.model)
         await self._store.put_compaction_config(config)
 
     async def circuit_breaker(self) -> tuple[CircuitBreakerState, bool]:
