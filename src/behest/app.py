@@ -21,7 +21,7 @@ from behest.runs.loop import LoopLimits
 from behest.runs.service import RunService
 from behest.store.sql.store import SqlStore
 from behest.tools.builtin import builtin_tools
-from behest.tools.mcp import McpToolSource
+from behest.tools.mcp_source import mcp_tool_source
 from behest.tools.plugins import plugin_tools
 from behest.tools.registry import ToolRegistry
 
@@ -35,7 +35,9 @@ class App:
         self.settings = settings
         self.store = SqlStore(settings.effective_database_url)
         self.tools = ToolRegistry(builtin_tools(read_file_root=settings.read_file_root))
-        self.mcp = McpToolSource(settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s)
+        self.mcp = mcp_tool_source(
+            settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s
+        )
         if settings.load_tool_plugins:
             for tool in plugin_tools():
                 self.tools.add(tool)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from behest.providers.config import ProviderConfig, RetryPolicy, parse_providers
-from behest.tools.mcp import McpServerConfig, parse_mcp_servers
+from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 
