@@ -14,10 +14,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from behest.domain.events import Event, Payload
+from behest.domain.runs import CreatedRun
 from behest.events.notify import Notifier
-from behest.store.base import AppendEvent, Store, Write
+from behest.store.base import AppendEvent, NewRun, Store, Write
 from behest.telemetry import current_trace_ids
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,9 @@ RECENT_KEEP_AFTER_END_S = 30.0
 class _Step:
     writes: list[Write]
     events: list[Event]
-    done: asyncio.Future[None] = field(
+    # A run creation instead of plain writes; `done` then resolves to its CreatedRun.
+    new_run: NewRun | None = None
+    done: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
@@ -79,14 +83,17 @@ class EventLog:
 
     async def submit(self, writes: list[Write], events: list[Event]) -> asyncio.Future[None]:
         """Queue one step; the returned future resolves once it is committed."""
+        step = _Step(writes, events)
+        await self._enqueue(step)
+        return step.done
+
+    async def _enqueue(self, step: _Step) -> None:
         while self._pending_writes >= self._max_pending:
             self._has_room.clear()
             await self._has_room.wait()
-        step = _Step(writes, events)
         self._queue.append(step)
-        self._pending_writes += len(writes)
+        self._pending_writes += max(1, len(step.writes))
         self._has_work.set()
-        return step.done
 
     def recent_after(self, run_id: str, after: int) -> list[Event] | None:
         """Committed events after `after` from memory, or None if memory cannot tell."""
@@ -110,10 +117,12 @@ class EventLog:
     def _take_batch(self) -> list[_Step]:
         batch: list[_Step] = []
         count = 0
-        while self._queue and (not batch or count + len(self._queue[0].writes) <= self._batch_max):
+        while self._queue and (
+            not batch or count + max(1, len(self._queue[0].writes)) <= self._batch_max
+        ):
             step = self._queue.popleft()
             batch.append(step)
-            count += len(step.writes)
+            count += max(1, len(step.writes))
         self._pending_writes -= count
         if self._pending_writes < self._max_pending:
             self._has_room.set()
@@ -124,7 +133,7 @@ class EventLog:
         if not batch:
             return
         try:
-            await self._store.apply([w for step in batch for w in step.writes])
+            results = await self._store.apply_batch([step.new_run or step.writes for step in batch])
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -137,10 +146,24 @@ class EventLog:
             for step in batch:
                 await self._commit([step])
             return
-        for step in batch:
+        for step, result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                _fail(step, result)
+                continue
+            value: CreatedRun | None = None
+            if result is not None:
+                value, writes = result
+                step.events = [w.event for w in writes if isinstance(w, AppendEvent)]
             self._publish(step.events)
             if not step.done.done():
-                step.done.set_result(None)
+                step.done.set_result(value)
+
+    async def create(self, new_run: NewRun) -> CreatedRun:
+        """Create a run (and commit its first step) in the next group commit."""
+        step = _Step([], [], new_run=new_run)
+        await self._enqueue(step)
+        created: CreatedRun = await asyncio.shield(step.done)
+        return created
 
     def _refuse_if_broken(self, step: _Step) -> bool:
         if not self._broken.intersection(e.run_id for e in step.events):
@@ -166,7 +189,7 @@ class EventLog:
             self.notifier.notify(run_id)
 
 
-def _fail(step: _Step, error: Exception) -> None:
+def _fail(step: _Step, error: BaseException) -> None:
     if not step.done.done():
         step.done.set_exception(error)
 

@@ -7,6 +7,7 @@ shutdown (the run is left as it is, resumable from its snapshot) and from a fail
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -36,13 +37,14 @@ from behest.errors import (
 from behest.events.log import EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compactor import Compactor
-from behest.runs.loop import AgentLoop, LoopLimits, Outcome
+from behest.runs.loop import AgentLoop, LoopLimits, Outcome, first_step, initial_snapshot
 from behest.runs.summariser import Summariser
 from behest.runs.transcript import closing_results
 from behest.store.base import (
     AppendEvent,
     AppendMessage,
     DeleteSnapshot,
+    NewRun,
     Store,
     UpdateRun,
     Write,
@@ -114,18 +116,27 @@ class Executor:
             context=context_from_traceparent(traceparent),
             attributes={"behest.run_id": run_id},
         )
-        created = await self._store.create_run(
-            request,
-            run_id=run_id,
-            identity=DEFAULT_IDENTITY,
-            now=datetime.now(UTC),
-            traceparent=traceparent_of(span),
-            owner=self._node,
-            lease_until=self._lease_until(),
+        ids = span.get_span_context()
+        created = await self._log.create(
+            NewRun(
+                request=request,
+                run_id=run_id,
+                identity=DEFAULT_IDENTITY,
+                now=datetime.now(UTC),
+                traceparent=traceparent_of(span),
+                owner=self._node,
+                lease_until=self._lease_until(),
+                first_step=functools.partial(
+                    first_step,
+                    trace_id=format(ids.trace_id, "032x"),
+                    span_id=format(ids.span_id, "016x"),
+                ),
+            )
         )
         if created.created:
             span.set_attribute("behest.session_id", created.run.session_id)
-            self._start(created.run, span, last_sequence=0)
+            snapshot = initial_snapshot(created.run)
+            self._start(created.run, span, last_sequence=1, snapshot=snapshot)
         else:
             span.end()
         return created

@@ -38,7 +38,14 @@ from behest.providers.config import ProviderConfig
 from behest.runs import compaction
 from behest.runs.compactor import Compacted, Compactor
 from behest.runs.doom_loop import DoomLoopDetector
-from behest.store.base import AppendMessage, PutSnapshot, Store, UpdateRun, Write
+from behest.store.base import (
+    AppendEvent,
+    AppendMessage,
+    PutSnapshot,
+    Store,
+    UpdateRun,
+    Write,
+)
 from behest.telemetry import tracer
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
@@ -152,10 +159,12 @@ class AgentLoop:
             await self._run_tools(answer.calls)
 
     async def _start(self) -> None:
+        """Start a run created without its first step (CreateRun normally commits it)."""
         await self._load_transcript()
-        user = self._message(Role.USER, self._run.input)
+        user = user_message(self._run, self.next_position)
+        self.next_position += 1
         await self._log.emit(
-            ev.RunStarted(self._run.session_id, self._run.provider, self._run.model),
+            run_started(self._run),
             state=[AppendMessage(user), *self._state(RunStatus.SESSION_LOADED)],
         )
         self._remember(user)
@@ -431,3 +440,51 @@ def _reason(exc: ProviderError) -> str:
     prefix = f"provider {exc.provider!r}: "
     text = str(exc)
     return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def run_started(run: Run) -> ev.RunStarted:
+    return ev.RunStarted(run.session_id, run.provider, run.model)
+
+
+def user_message(run: Run, position: int) -> Message:
+    """The run's input as the session's next message."""
+    return Message(
+        id=str(uuid.uuid4()),
+        session_id=run.session_id,
+        run_id=run.id,
+        position=position,
+        role=Role.USER,
+        text=run.input,
+        created_at=datetime.now(UTC),
+    )
+
+
+def initial_snapshot(run: Run) -> Snapshot:
+    """Where a run is once started: session loaded, nothing done yet."""
+    return Snapshot(
+        run_id=run.id,
+        session_id=run.session_id,
+        status=RunStatus.SESSION_LOADED,
+        iteration=0,
+        usage=TokenUsage(),
+        updated_at=datetime.now(UTC),
+    )
+
+
+def first_step(run: Run, position: int, *, trace_id: str, span_id: str) -> list[Write]:
+    """The writes that start a run: RunStarted (sequence 1), the user's message, the state."""
+    event = ev.Event(
+        run_id=run.id,
+        sequence=1,
+        payload=run_started(run),
+        timestamp=datetime.now(UTC),
+        trace_id=trace_id,
+        span_id=span_id,
+    )
+    snapshot = initial_snapshot(run)
+    return [
+        AppendEvent(event),
+        AppendMessage(user_message(run, position)),
+        UpdateRun(run_id=run.id, status=RunStatus.SESSION_LOADED, iterations=0, usage=TokenUsage()),
+        PutSnapshot(snapshot),
+    ]

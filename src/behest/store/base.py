@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -54,7 +55,30 @@ class ClearToolResults:
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewRun:
+    """A run to create inside a group commit, with the writes of its first step.
+
+    `first_step(run, position)` is called in the transaction once the run exists, with the
+    session's next free message position; its writes commit with the creation.
+    """
+
+    request: RunRequest
+    run_id: str
+    identity: str
+    now: datetime
+    traceparent: str
+    owner: str
+    lease_until: datetime
+    first_step: Callable[[Run, int], list[Write]]
+
+
 Write = AppendEvent | AppendMessage | UpdateRun | PutSnapshot | DeleteSnapshot | ClearToolResults
+
+
+# Per item of apply_batch: None for plain writes; for a NewRun the CreatedRun and the writes of
+# its first step (none when the key named an existing run), or the error that refused it.
+BatchResult = tuple[CreatedRun, list[Write]] | BaseException | None
 
 
 class Store(Protocol):
@@ -100,6 +124,11 @@ class Store(Protocol):
 
     async def apply(self, writes: list[Write]) -> None:
         """Commit all writes in one transaction, in order."""
+        ...
+
+    async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
+        """Commit a group of steps and run creations in one transaction. A creation that is
+        refused (NotFound, Aborted, AlreadyExists) fails alone; other failures fail all."""
         ...
 
     async def get_run(self, run_id: str) -> Run | None: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 from behest.domain.events import Event
@@ -16,6 +17,11 @@ from behest.events import codec
 def utc(value: datetime) -> datetime:
     """SQLite returns naive datetimes; everything behest stores is UTC."""
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def run_from_values(values: dict[str, Any]) -> Run:
+    """The Run a freshly inserted row of `values` reads back as."""
+    return run_from_row(SimpleNamespace(**values))
 
 
 def run_from_row(row: Any) -> Run:
@@ -39,7 +45,7 @@ def run_from_row(row: Any) -> Run:
         tools=tuple(json.loads(row.tools)),
         max_iterations=row.max_iterations,
         owner=row.owner or "",
-        lease_expires_at=row.lease_expires_at,
+        lease_expires_at=row.lease_expires_at and utc(row.lease_expires_at),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,14 @@ from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.errors import Aborted, AlreadyExists, NotFound
+from behest.errors import Aborted, AlreadyExists, BehestError, NotFound
 from behest.store.base import (
     AppendEvent,
     AppendMessage,
+    BatchResult,
     ClearToolResults,
     DeleteSnapshot,
+    NewRun,
     PutSnapshot,
     UpdateRun,
     Write,
@@ -192,9 +195,7 @@ class SqlStore:
             "lease_expires_at": lease_until,
         }
         await conn.execute(sa.insert(t.runs).values(**values))
-        run = await self._get_run(conn, run_id)
-        assert run is not None
-        return CreatedRun(run, created=True)
+        return CreatedRun(rows.run_from_values(values), created=True)
 
     async def get_run(self, run_id: str) -> Run | None:
         async with self.engines.reader.connect() as conn:
@@ -263,6 +264,60 @@ class SqlStore:
     # --- the event log's writes ----------------------------------------------------------
 
     async def apply(self, writes: list[Write]) -> None:
+        async with self.engines.writer.begin() as conn:
+            await self._apply(conn, writes)
+
+    async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
+        async with self.engines.writer.begin() as conn:
+            results: list[BatchResult] = []
+            plain: list[Write] = []
+            for item in items:
+                if isinstance(item, NewRun):
+                    results.append(await self._create_in_batch(conn, item))
+                else:
+                    results.append(None)
+                    plain.extend(item)
+            await self._apply(conn, plain)
+            return results
+
+    async def _create_in_batch(self, conn: AsyncConnection, new: NewRun) -> BatchResult:
+        """One run creation with its first step, in a savepoint: a refusal fails it alone."""
+        for attempt in range(2):
+            try:
+                async with conn.begin_nested():
+                    created = await self._create_run(
+                        conn,
+                        new.request,
+                        run_id=new.run_id,
+                        identity=new.identity,
+                        now=new.now,
+                        traceparent=new.traceparent,
+                        owner=new.owner,
+                        lease_until=new.lease_until,
+                    )
+                    writes: list[Write] = []
+                    if created.created:
+                        writes = new.first_step(
+                            created.run, await self._next_position(conn, created.run.session_id)
+                        )
+                        await self._apply(conn, writes)
+                    return created, writes
+            except BehestError as exc:
+                return exc
+            except IntegrityError as exc:
+                # A twin with the same key committed meanwhile: the next attempt finds its run.
+                if attempt == 1 or not new.request.client_request_id:
+                    return exc
+        raise AssertionError("unreachable")
+
+    async def _next_position(self, conn: AsyncConnection, session_id: str) -> int:
+        query = sa.select(sa.func.max(t.messages.c.position)).where(
+            t.messages.c.session_id == session_id
+        )
+        last = (await conn.execute(query)).scalar()
+        return 0 if last is None else int(last) + 1
+
+    async def _apply(self, conn: AsyncConnection, writes: list[Write]) -> None:
         events: list[dict[str, Any]] = []
         messages: list[dict[str, Any]] = []
         run_updates: dict[str, UpdateRun] = {}
@@ -285,25 +340,24 @@ class SqlStore:
                     snapshots[run_id] = None
                 case ClearToolResults():
                     clears.append(write)
-        async with self.engines.writer.begin() as conn:
-            if messages:
-                await conn.execute(sa.insert(t.messages), messages)
-            if events:
-                await conn.execute(sa.insert(t.events), events)
-            for clear in clears:
-                await conn.execute(
-                    sa.update(t.messages)
-                    .where(
-                        t.messages.c.session_id == clear.session_id,
-                        t.messages.c.role == "tool",
-                        t.messages.c.position <= clear.through_position,
-                    )
-                    .values(text=clear.text)
+        if messages:
+            await conn.execute(sa.insert(t.messages), messages)
+        if events:
+            await conn.execute(sa.insert(t.events), events)
+        for clear in clears:
+            await conn.execute(
+                sa.update(t.messages)
+                .where(
+                    t.messages.c.session_id == clear.session_id,
+                    t.messages.c.role == "tool",
+                    t.messages.c.position <= clear.through_position,
                 )
-            for update in run_updates.values():
-                await self._update_run(conn, update)
-            for run_id, snapshot in snapshots.items():
-                await self._put_snapshot(conn, run_id, snapshot)
+                .values(text=clear.text)
+            )
+        for update in run_updates.values():
+            await self._update_run(conn, update)
+        for run_id, snapshot in snapshots.items():
+            await self._put_snapshot(conn, run_id, snapshot)
 
     async def _update_run(self, conn: AsyncConnection, update: UpdateRun) -> None:
         now = rows.now()

@@ -1,0 +1,90 @@
+"""apply_batch: run creations group-committed with other steps, each refusal failing alone."""
+
+from __future__ import annotations
+
+import functools
+
+from behest.domain.runs import CreatedRun, RunStatus
+from behest.errors import Aborted, NotFound
+from behest.runs.loop import first_step
+from behest.store.base import NewRun
+from behest.store.sql.store import SqlStore
+from tests.store.helpers import (
+    IDENTITY,
+    SPAN_ID,
+    TRACE_ID,
+    TRACEPARENT,
+    at,
+    create,
+    events,
+    finish,
+    new_id,
+    request,
+)
+
+
+def new_run(session_id: str | None = None, *, key: str = "", text: str = "hi") -> NewRun:
+    return NewRun(
+        request=request(session_id=session_id, client_request_id=key, input=text),
+        run_id=new_id(),
+        identity=IDENTITY,
+        now=at(),
+        traceparent=TRACEPARENT,
+        owner="node-1",
+        lease_until=at(30),
+        first_step=functools.partial(first_step, trace_id=TRACE_ID, span_id=SPAN_ID),
+    )
+
+
+async def test_a_creation_commits_its_first_step_with_it(store: SqlStore) -> None:
+    [result] = await store.apply_batch([new_run(text="first words")])
+    assert isinstance(result, tuple)
+    created, writes = result
+    assert created.created and len(writes) == 4
+    run = await store.get_run(created.run.id)
+    assert run is not None
+    assert (run.status, run.owner) == (RunStatus.SESSION_LOADED, "node-1")
+    [started] = await store.read_events(run.id, after=0, limit=10)
+    assert (started.sequence, started.trace_id) == (1, TRACE_ID)
+    [user] = await store.session_messages(run.session_id)
+    assert (user.text, user.position) == ("first words", 0)
+    snapshot = await store.get_snapshot(run.id)
+    assert snapshot is not None and snapshot.status == RunStatus.SESSION_LOADED
+
+
+async def test_a_refused_creation_fails_alone(store: SqlStore) -> None:
+    busy = await create(store)
+    other = await create(store)
+    results = await store.apply_batch(
+        [
+            new_run(busy.session_id),
+            events(other.id, 1, 3),
+            new_run(new_id()),
+            new_run(),
+        ]
+    )
+    assert isinstance(results[0], Aborted) and busy.id in str(results[0])
+    assert results[1] is None
+    assert isinstance(results[2], NotFound)
+    assert isinstance(results[3], tuple) and results[3][0].created
+    assert await store.last_sequence(other.id) == 3
+
+
+async def test_twins_in_one_batch_make_one_run(store: SqlStore) -> None:
+    key = new_id()
+    results = await store.apply_batch([new_run(key=key), new_run(key=key)])
+    created = [r[0] for r in results if isinstance(r, tuple)]
+    assert [c.created for c in created] == [True, False]
+    assert created[0].run.id == created[1].run.id
+    assert all(isinstance(c, CreatedRun) for c in created)
+    assert results[1][1] == []  # type: ignore[index]
+
+
+async def test_the_user_message_follows_the_session_transcript(store: SqlStore) -> None:
+    [first] = await store.apply_batch([new_run()])
+    assert isinstance(first, tuple)
+    await finish(store, first[0].run.id)
+    [second] = await store.apply_batch([new_run(first[0].run.session_id, text="again")])
+    assert isinstance(second, tuple)
+    messages = await store.session_messages(first[0].run.session_id)
+    assert [(m.position, m.text) for m in messages] == [(0, "hi"), (1, "again")]
