@@ -31,7 +31,7 @@ class Settings:
     max_streams: int = 10_000
     # Group commit: the writer flushes when this many writes wait or after this many ms.
     commit_batch_max: int = 500
-    commit_window_ms: float = 2.0
+    commit_window_ms: float = 0.0
     # Request bounds (bytes of UTF-8).
     max_input_bytes: int = 256 * 1024
     max_metadata_bytes: int = 16 * 1024

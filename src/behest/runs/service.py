@@ -35,7 +35,7 @@ class RunService:
         self, request: RunRequest, *, traceparent: str = ""
     ) -> AsyncIterator[Event]:
         created = await self._executor.create(request, traceparent=traceparent)
-        async for event in follow(self._store, self._log, created.run.id, after=0):
+        async for event in follow(self._store, self._log, created.run.id, after=0, known=True):
             yield event
 
     def watch(self, run_id: str, *, after: int) -> AsyncIterator[Event]:

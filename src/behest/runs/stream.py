@@ -20,10 +20,13 @@ POLL_S = 1.0
 
 
 async def follow(
-    store: Store, event_log: EventLog, run_id: str, *, after: int
+    store: Store, event_log: EventLog, run_id: str, *, after: int, known: bool = False
 ) -> AsyncIterator[Event]:
-    """Every event of `run_id` with sequence > `after`, live, ending after the terminal one."""
-    if await _ended_at(store, run_id, after):
+    """Every event of `run_id` with sequence > `after`, live, ending after the terminal one.
+
+    `known`: the caller has just created the run, so it need not be looked up first.
+    """
+    if not known and await _ended_at(store, run_id, after):
         return
     last = after
     while True:
