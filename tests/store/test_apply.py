@@ -205,3 +205,22 @@ async def test_snapshot_writes_in_one_batch_apply_in_order(store: SqlStore) -> N
 
     await store.apply([PutSnapshot(first), DeleteSnapshot(run.id)])
     assert await store.get_snapshot(run.id) is None
+
+
+async def test_one_batch_updates_several_runs_and_their_snapshots(store: SqlStore) -> None:
+    first, second = await create(store), await create(store)
+    await store.apply(
+        [
+            PutSnapshot(snapshot(first, iteration=1)),
+            update(first.id, RunStatus.CALLING_MODEL, iterations=1),
+            PutSnapshot(snapshot(second, iteration=2)),
+            update(second.id, RunStatus.COMPLETED, iterations=2),
+            DeleteSnapshot(second.id),
+        ]
+    )
+    one, two = await store.get_run(first.id), await store.get_run(second.id)
+    assert one is not None and (one.status, one.iterations) == (RunStatus.CALLING_MODEL, 1)
+    assert two is not None and (two.status, two.iterations) == (RunStatus.COMPLETED, 2)
+    saved = await store.get_snapshot(first.id)
+    assert saved is not None and saved.iteration == 1
+    assert await store.get_snapshot(second.id) is None

@@ -87,11 +87,14 @@ class EventLog:
         await self._enqueue(step)
         return step.done
 
-    async def _enqueue(self, step: _Step) -> None:
+    async def _enqueue(self, step: _Step, *, first: bool = False) -> None:
         while self._pending_writes >= self._max_pending:
             self._has_room.clear()
             await self._has_room.wait()
-        self._queue.append(step)
+        if first:
+            self._queue.appendleft(step)
+        else:
+            self._queue.append(step)
         self._pending_writes += max(1, len(step.writes))
         self._has_work.set()
 
@@ -142,7 +145,8 @@ class EventLog:
                 self._broken.update(e.run_id for e in batch[0].events)
                 _fail(batch[0], RuntimeError("the event log could not commit this step"))
                 return
-            # Commit step by step so that one bad step fails alone.
+            # Commit step by step so that one bad step fails alone. This is slow: say so.
+            log.warning("group commit of %d steps failed; retrying one by one", len(batch))
             for step in batch:
                 await self._commit([step])
             return
@@ -159,9 +163,13 @@ class EventLog:
                 step.done.set_result(value)
 
     async def create(self, new_run: NewRun) -> CreatedRun:
-        """Create a run (and commit its first step) in the next group commit."""
+        """Create a run (and commit its first step) in the next group commit.
+
+        Creations go to the front of the queue: a new run has no earlier steps to stay
+        behind, and its caller waits for it, while queued deltas wait for no one.
+        """
         step = _Step([], [], new_run=new_run)
-        await self._enqueue(step)
+        await self._enqueue(step, first=True)
         created: CreatedRun = await asyncio.shield(step.done)
         return created
 

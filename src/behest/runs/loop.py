@@ -481,10 +481,9 @@ def first_step(run: Run, position: int, *, trace_id: str, span_id: str) -> list[
         trace_id=trace_id,
         span_id=span_id,
     )
-    snapshot = initial_snapshot(run)
+    # The store creates the run in status SESSION_LOADED already.
     return [
         AppendEvent(event),
         AppendMessage(user_message(run, position)),
-        UpdateRun(run_id=run.id, status=RunStatus.SESSION_LOADED, iterations=0, usage=TokenUsage()),
-        PutSnapshot(snapshot),
+        PutSnapshot(initial_snapshot(run)),
     ]

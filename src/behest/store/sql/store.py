@@ -113,6 +113,7 @@ class SqlStore:
         traceparent: str,
         owner: str,
         lease_until: datetime | None,
+        status: RunStatus = RunStatus.PENDING,
     ) -> CreatedRun:
         key = request.client_request_id
         fingerprint = request.fingerprint()
@@ -171,29 +172,16 @@ class SqlStore:
                     id=session_id, created_at=now, updated_at=now, active_run_id=run_id
                 )
             )
-        values: dict[str, Any] = {
-            "id": run_id,
-            "session_id": session_id,
-            "status": int(RunStatus.PENDING),
-            "provider": request.provider,
-            "model": request.model,
-            "input": request.input,
-            "metadata": request.metadata,
-            "tool_choice": request.tool_choice,
-            "created_at": now,
-            "updated_at": now,
-            "iterations": 0,
-            "finish_reason": int(FinishReason.UNSPECIFIED),
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "error": "",
-            "traceparent": traceparent,
-            "instructions": request.instructions,
-            "tools": json.dumps(list(request.tools)),
-            "max_iterations": request.max_iterations,
-            "owner": owner or None,
-            "lease_expires_at": lease_until,
-        }
+        values = _run_row(
+            request,
+            run_id=run_id,
+            session_id=session_id,
+            now=now,
+            traceparent=traceparent,
+            owner=owner,
+            lease_until=lease_until,
+            status=status,
+        )
         await conn.execute(sa.insert(t.runs).values(**values))
         return CreatedRun(rows.run_from_values(values), created=True)
 
@@ -271,12 +259,24 @@ class SqlStore:
         async with self.engines.writer.begin() as conn:
             results: list[BatchResult] = []
             plain: list[Write] = []
+            sessions: list[dict[str, Any]] = []
+            runs: list[dict[str, Any]] = []
             for item in items:
-                if isinstance(item, NewRun):
-                    results.append(await self._create_in_batch(conn, item))
-                else:
+                if not isinstance(item, NewRun):
                     results.append(None)
                     plain.extend(item)
+                elif item.request.session_id or item.request.client_request_id:
+                    results.append(await self._create_in_batch(conn, item))
+                else:
+                    # A new session and no key: nothing to check, so insert with the others.
+                    session, run, created, writes = _fresh_run(item)
+                    sessions.append(session)
+                    runs.append(run)
+                    results.append((created, writes))
+                    plain.extend(writes)
+            if sessions:
+                await conn.execute(sa.insert(t.sessions), sessions)
+                await conn.execute(sa.insert(t.runs), runs)
             await self._apply(conn, plain)
             return results
 
@@ -294,6 +294,7 @@ class SqlStore:
                         traceparent=new.traceparent,
                         owner=new.owner,
                         lease_until=new.lease_until,
+                        status=RunStatus.SESSION_LOADED,
                     )
                     writes: list[Write] = []
                     if created.created:
@@ -354,41 +355,65 @@ class SqlStore:
                 )
                 .values(text=clear.text)
             )
-        for update in run_updates.values():
-            await self._update_run(conn, update)
-        for run_id, snapshot in snapshots.items():
-            await self._put_snapshot(conn, run_id, snapshot)
+        await self._update_runs(conn, list(run_updates.values()))
+        await self._put_snapshots(conn, snapshots)
 
-    async def _update_run(self, conn: AsyncConnection, update: UpdateRun) -> None:
+    async def _update_runs(self, conn: AsyncConnection, updates: list[UpdateRun]) -> None:
+        """One executemany for every run's progress; an ended run is never changed again."""
+        if not updates:
+            return
         now = rows.now()
-        await conn.execute(
+        runs = t.runs.c
+        statement = (
             sa.update(t.runs)
-            .where(t.runs.c.id == update.run_id, t.runs.c.status.not_in(TERMINAL))
+            # No NOT IN: an expanding parameter cannot be used with executemany.
+            .where(runs.id == sa.bindparam("b_id"), *(runs.status != s for s in TERMINAL))
             .values(
-                status=int(update.status),
-                iterations=update.iterations,
-                input_tokens=update.usage.input_tokens,
-                output_tokens=update.usage.output_tokens,
-                finish_reason=int(update.finish_reason),
-                error=update.error,
+                status=sa.bindparam("b_status"),
+                iterations=sa.bindparam("b_iterations"),
+                input_tokens=sa.bindparam("b_input"),
+                output_tokens=sa.bindparam("b_output"),
+                finish_reason=sa.bindparam("b_finish"),
+                error=sa.bindparam("b_error"),
                 updated_at=now,
             )
         )
-        if update.status.is_terminal:
+        params = [
+            {
+                "b_id": u.run_id,
+                "b_status": int(u.status),
+                "b_iterations": u.iterations,
+                "b_input": u.usage.input_tokens,
+                "b_output": u.usage.output_tokens,
+                "b_finish": int(u.finish_reason),
+                "b_error": u.error,
+            }
+            for u in updates
+        ]
+        await conn.execute(statement, params)
+        ended = [u.run_id for u in updates if u.status.is_terminal]
+        if ended:
             await conn.execute(
                 sa.update(t.sessions)
-                .where(t.sessions.c.active_run_id == update.run_id)
+                .where(t.sessions.c.active_run_id.in_(ended))
                 .values(active_run_id=None, updated_at=now)
             )
 
-    async def _put_snapshot(
-        self, conn: AsyncConnection, run_id: str, snapshot: Snapshot | None
+    async def _put_snapshots(
+        self, conn: AsyncConnection, snapshots: dict[str, Snapshot | None]
     ) -> None:
-        if snapshot is None:
-            await conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id == run_id))
-            return
-        row = rows.snapshot_to_row(snapshot)
-        await conn.execute(self._upsert(t.snapshots, row, key="run_id"))
+        """Upsert the saved snapshots and delete the removed ones, each in one statement."""
+        gone = [run_id for run_id, snapshot in snapshots.items() if snapshot is None]
+        saved = [rows.snapshot_to_row(s) for s in snapshots.values() if s is not None]
+        if gone:
+            await conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id.in_(gone)))
+        if saved:
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            insert = dialect.insert(t.snapshots)
+            changed = {c: insert.excluded[c] for c in saved[0] if c != "run_id"}
+            await conn.execute(
+                insert.on_conflict_do_update(index_elements=["run_id"], set_=changed), saved
+            )
 
     def _upsert(self, table: sa.Table, row: dict[str, Any], *, key: str) -> Any:
         dialect = postgresql if self.engines.writer.dialect.name == "postgresql" else sqlite
@@ -486,6 +511,67 @@ class SqlStore:
             values = {"id": 1, "consecutive_failures": failures, "opened_at": opened_at}
             await conn.execute(self._upsert(breaker, values, key="id"))
         return CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
+
+
+def _fresh_run(
+    new: NewRun,
+) -> tuple[dict[str, Any], dict[str, Any], CreatedRun, list[Write]]:
+    """Rows and result of a creation that cannot be refused (new session, no key)."""
+    session_id = str(uuid.uuid4())
+    session = {
+        "id": session_id,
+        "created_at": new.now,
+        "updated_at": new.now,
+        "active_run_id": new.run_id,
+    }
+    run = _run_row(
+        new.request,
+        run_id=new.run_id,
+        session_id=session_id,
+        now=new.now,
+        traceparent=new.traceparent,
+        owner=new.owner,
+        lease_until=new.lease_until,
+        status=RunStatus.SESSION_LOADED,
+    )
+    created = CreatedRun(rows.run_from_values(run), created=True)
+    return session, run, created, new.first_step(created.run, 0)
+
+
+def _run_row(
+    request: RunRequest,
+    *,
+    run_id: str,
+    session_id: str,
+    now: datetime,
+    traceparent: str,
+    owner: str,
+    lease_until: datetime | None,
+    status: RunStatus,
+) -> dict[str, Any]:
+    return {
+        "id": run_id,
+        "session_id": session_id,
+        "status": int(status),
+        "provider": request.provider,
+        "model": request.model,
+        "input": request.input,
+        "metadata": request.metadata,
+        "tool_choice": request.tool_choice,
+        "created_at": now,
+        "updated_at": now,
+        "iterations": 0,
+        "finish_reason": int(FinishReason.UNSPECIFIED),
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "error": "",
+        "traceparent": traceparent,
+        "instructions": request.instructions,
+        "tools": json.dumps(list(request.tools)),
+        "max_iterations": request.max_iterations,
+        "owner": owner or None,
+        "lease_expires_at": lease_until,
+    }
 
 
 def _config_fields() -> list[str]:
