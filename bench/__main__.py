@@ -1,7 +1,9 @@
-"""`python -m bench`: quick figures of a behest server started in a child process.
+"""`python -m bench` (`make bench`): issue 6's benchmark suite; see bench/README.md.
 
-Prints events/s of one long `script` run streamed to one client, and the median time from
-CreateRunStream to its first event. Issue 6 grows this into the full suite with floors.
+Starts the floor server and behest servers as child processes on 127.0.0.1:0, measures each
+item with clients in this process, prints a table of figures, targets, ratios and verdicts, and
+writes the same as JSON (bench/results/<UTC timestamp>.json unless --json says otherwise).
+Exits 1 if an item could not be measured; a missed target is reported, not an error.
 """
 
 from __future__ import annotations
@@ -10,91 +12,411 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
+import platform
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
 
-import grpc
-
-from behest._proto.agent.v1 import common_pb2 as c
-from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from bench import children, items
+from bench.children import ROOT
+from bench.sizes import FULL, QUICK, Sizes
+
+RESULTS = ROOT / "bench" / "results"
+ITEMS = ("1", "2", "3", "4", "5", "6", "7")
+NAMES = {
+    "1": "floors",
+    "2": "one long run",
+    "3": "many runs",
+    "4": "time to first event",
+    "5": "replay",
+    "6": "idle watchers",
+    "7": "PostgreSQL (items 2-5)",
+}
+# Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
+NEEDS_FLOORS = {"2", "3", "4", "7"}
+POSTGRES_ENV = ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL")
 
 
-def request(input_: str, model: str) -> pb.CreateRunRequest:
-    return pb.CreateRunRequest(
-        provider=c.ProviderId(value="local"), model=c.ModelName(value=model), input=input_
-    )
+@dataclass
+class Row:
+    """One line of the table: a figure, and its target, ratio and verdict where it has one."""
+
+    item: str
+    measure: str
+    value: float | None
+    unit: str
+    target: str = ""
+    ratio: float | None = None
+    passed: bool | None = None
 
 
-async def start_server(data_dir: str, database_url: str) -> tuple[asyncio.subprocess.Process, str]:
-    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_LOG_LEVEL": "WARNING"}
-    if database_url:
-        env["BEHEST_DATABASE_URL"] = database_url
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "behest",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data_dir,
-        stderr=asyncio.subprocess.PIPE,
-        env={**env, "BEHEST_LOG_LEVEL": "INFO"},
-    )
-    assert process.stderr is not None
-    while True:
-        line = await process.stderr.readline()
-        if not line:
-            raise RuntimeError("server exited before serving")
-        if line.startswith(b"{") and json.loads(line).get("msg") == "behest serving":
-            return process, f"127.0.0.1:{json.loads(line)['port']}"
+@dataclass
+class Suite:
+    """The run's configuration and everything measured so far."""
 
+    sizes: Sizes
+    only: set[str]
+    postgres_url: str
+    results: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
-async def long_run(stub: rpc.RunServiceStub, deltas: int) -> float:
-    script = json.dumps({"steps": [{"deltas": deltas}]})
-    began = time.perf_counter()
-    count = 0
-    async for _ in stub.CreateRunStream(request(script, "script")):
-        count += 1
-    return count / (time.perf_counter() - began)
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
 
+    def error(self, key: str, name: str, message: str) -> None:
+        """Record that item `key` could not be measured; the table points below it."""
+        traceback.print_exc(file=sys.stderr)
+        self.rows.append(Row(key, f"{name}: not measured (error below)", None, ""))
+        self.errors.append(f"item {key}: {message.splitlines()[0]}")
 
-async def first_event_ms(stub: rpc.RunServiceStub, runs: int) -> float:
-    samples = []
-    for i in range(runs):
+    def floor(self, key: str) -> float | None:
+        floors = self.results.get("1", {})
+        value = floors.get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    async def item(
+        self, key: str, measure: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Run one item under the item timeout; an exception is recorded, not raised."""
+        name = NAMES[key.split(".")[-1]]
+        print(f"item {key}: {name} …", file=sys.stderr, flush=True)
         began = time.perf_counter()
-        stream = stub.CreateRunStream(request(f"first event {i}", "echo"))
-        async for _ in stream:
-            samples.append((time.perf_counter() - began) * 1000)
-            break
-        async for _ in stream:
-            pass
-    return statistics.median(samples)
-
-
-async def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--deltas", type=int, default=20_000)
-    parser.add_argument("--first-event-runs", type=int, default=50)
-    parser.add_argument("--database-url", default="")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as data_dir:
-        process, address = await start_server(data_dir, args.database_url)
         try:
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = rpc.RunServiceStub(channel)
-                await first_event_ms(stub, 3)  # warm up
-                rate = await long_run(stub, args.deltas)
-                ttfe = await first_event_ms(stub, args.first_event_runs)
-        finally:
-            process.terminate()
-            await process.wait()
-    print(f"one long run ({args.deltas} deltas), events/s: {rate:,.0f}")
-    print(f"CreateRunStream time to first event, median ms: {ttfe:.2f}")
+            result = await items.with_timeout(self.sizes.item_timeout_s, measure())
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if isinstance(exc, TimeoutError):
+                message = f"timed out after {self.sizes.item_timeout_s:.0f} s"
+            result = {"error": message}
+            self.error(key, name, message)
+        result["item_seconds"] = time.perf_counter() - began
+        return result
+
+
+async def run_floors(suite: Suite) -> None:
+    floor = await children.start_floor()
+    async with children.running(floor):
+        result = await suite.item("1", lambda: items.measure_floors(floor.address, suite.sizes))
+    suite.results["1"] = {"name": NAMES["1"], **result}
+    if "error" in result:
+        return
+    s = suite.sizes
+    suite.rows += [
+        Row("1", "floor: one stream", result["one_stream_msgs_per_s"], "msg/s"),
+        Row(
+            "1",
+            f"floor: {s.floor_streams} streams, aggregate",
+            result["streams_msgs_per_s"],
+            "msg/s",
+        ),
+        Row("1", "floor: unary round trip, median", result["unary_rtt_median_ms"], "ms"),
+    ]
+
+
+async def run_store_items(
+    suite: Suite, into: dict[str, Any], prefix: str, store: str, database_url: str
+) -> None:
+    """Items 2-5 against one behest server on `store`, each result put in `into` by item."""
+    s = suite.sizes
+    wanted = [k for k in ("2", "3", "4", "5") if prefix or k in suite.only]
+    if not wanted:
+        return
+    with tempfile.TemporaryDirectory(prefix="behest-bench-") as data_dir:
+        server = await children.start_behest(Path(data_dir), database_url)
+        async with children.running(server), items.channel(server.address) as ch:
+            stub = rpc.RunServiceStub(ch)
+            overhead = await items.warm_up(stub)
+            measures: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+                "2": lambda: items.long_run(stub, s.long_run_deltas, s.long_run_repeats),
+                "3": lambda: items.many_runs(
+                    stub, s.many_runs, s.many_runs_deltas, s.many_runs_repeats
+                ),
+                "4": lambda: items.first_event(stub, s.first_event_warm_up, s.first_event_samples),
+                "5": lambda: items.replay(stub, s.replay_events, overhead, s.replay_repeats),
+            }
+            for key in wanted:
+                label = f"{prefix}{key}"
+                result = await suite.item(label, measures[key])
+                into[key] = {"name": NAMES[key], "store": store, **result}
+                if "error" not in result:
+                    suite.rows += store_rows(suite, label, key, store, result)
+                server.check_alive()
+
+
+def store_rows(suite: Suite, label: str, key: str, store: str, r: dict[str, Any]) -> list[Row]:
+    s = suite.sizes
+    if key == "2":
+        ratio = _ratio(r["events_per_s"], suite.floor("one_stream_msgs_per_s"))
+        return [
+            Row(
+                label,
+                f"one run of {s.long_run_deltas:,} deltas, {store}",
+                r["events_per_s"],
+                "ev/s",
+                "≥ 0.5x one-stream floor",
+                ratio,
+                None if ratio is None else ratio >= 0.5,
+            )
+        ]
+    if key == "3":
+        ratio = _ratio(r["events_per_s"], suite.floor("streams_msgs_per_s"))
+        runs = f"{s.many_runs} runs x {s.many_runs_deltas} deltas, {store}"
+        p99 = r["first_event_p99_ms"]
+        return [
+            Row(
+                label,
+                f"{runs}: aggregate",
+                r["events_per_s"],
+                "ev/s",
+                f"≥ 0.5x {s.floor_streams}-stream floor",
+                ratio,
+                None if ratio is None else ratio >= 0.5,
+            ),
+            Row(label, f"{runs}: first event p50", r["first_event_p50_ms"], "ms"),
+            Row(
+                label,
+                f"{runs}: first event p99",
+                p99,
+                "ms",
+                "< 50 ms",
+                None,
+                None if p99 is None else p99 < 50,
+            ),
+            Row(label, f"{runs}: errors", r["errors"], "", "0", None, r["errors"] == 0),
+        ]
+    if key == "4":
+        ratio = _ratio(r["median_ms"], suite.floor("unary_rtt_median_ms"))
+        return [
+            Row(
+                label,
+                f"first event of CreateRunStream (echo), median, {store}",
+                r["median_ms"],
+                "ms",
+                "≤ 3x unary round trip",
+                ratio,
+                None if ratio is None else ratio <= 3,
+            )
+        ]
+    rate = r["events_per_s"]
+    return [
+        Row(
+            label,
+            f"replay of a finished {r['events']:,}-event run, {store}",
+            rate,
+            "ev/s",
+            "≥ 20,000 ev/s",
+            None,
+            rate >= 20_000,
+        )
+    ]
+
+
+def _ratio(value: float, floor: float | None) -> float | None:
+    return None if not floor else value / floor
+
+
+async def run_idle_watchers(suite: Suite) -> None:
+    s = suite.sizes
+    with tempfile.TemporaryDirectory(prefix="behest-bench-") as data_dir:
+        server = await children.start_behest(Path(data_dir))
+        async with children.running(server), items.channel(server.address) as ch:
+            await items.warm_up(rpc.RunServiceStub(ch))
+            result = await suite.item(
+                "6",
+                lambda: items.idle_watchers(
+                    server, s.idle_runs, s.idle_watchers_per_run, s.idle_channels, s.idle_settle_s
+                ),
+            )
+    suite.results["6"] = {"name": NAMES["6"], "store": "sqlite", **result}
+    if "error" not in result:
+        growth = result["growth_mb"]
+        suite.rows.append(
+            Row(
+                "6",
+                f"server RSS growth, {result['watchers']:,} watchers on {s.idle_runs} live runs",
+                growth,
+                "MB",
+                "< 100 MB",
+                None,
+                growth < 100,
+            )
+        )
+
+
+async def run_postgres(suite: Suite) -> None:
+    if not suite.postgres_url:
+        reason = f"no PostgreSQL: set {' or '.join(POSTGRES_ENV)} to measure items 2-5 on it"
+        suite.results["7"] = {"name": NAMES["7"], "skipped": reason}
+        suite.rows.append(Row("7", "PostgreSQL: skipped (no URL set)", None, ""))
+        print(f"item 7: {reason}", file=sys.stderr, flush=True)
+        return
+    result: dict[str, Any] = {"name": NAMES["7"], "url": children.redact(suite.postgres_url)}
+    try:
+        async with children.fresh_postgres_database(suite.postgres_url) as url:
+            result["items"] = {}
+            await run_store_items(suite, result["items"], "7.", "postgresql", url)
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        suite.error("7", "PostgreSQL", result["error"])
+    suite.results["7"] = result
+
+
+async def run(suite: Suite) -> None:
+    if suite.only & (NEEDS_FLOORS | {"1"}):
+        await guarded(suite, {"1"}, run_floors(suite))
+    sqlite_items = suite.only & {"2", "3", "4", "5"}
+    if sqlite_items:
+        await guarded(suite, sqlite_items, run_store_items(suite, suite.results, "", "sqlite", ""))
+    if "6" in suite.only:
+        await guarded(suite, {"6"}, run_idle_watchers(suite))
+    if "7" in suite.only:
+        await run_postgres(suite)
+
+
+async def guarded(suite: Suite, keys: set[str], step: Awaitable[None]) -> None:
+    """Run a step that starts a server; if it fails, its unmeasured items record the error."""
+    try:
+        await step
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        for key in sorted(keys - set(suite.results)):
+            suite.results[key] = {"name": NAMES[key], "error": message}
+            suite.error(key, NAMES[key], message)
+
+
+# --- Output --------------------------------------------------------------------------------
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return ""
+    if unit in ("ms", "MB"):
+        text = f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+    else:
+        text = f"{value:,.0f}"
+    return f"{text} {unit}".rstrip()
+
+
+def table(rows: list[Row]) -> str:
+    header = ("item", "measure", "value", "target", "ratio", "result")
+    lines = [
+        (
+            row.item,
+            row.measure,
+            format_value(row.value, row.unit),
+            row.target,
+            "" if row.ratio is None else f"{row.ratio:.2f}x",
+            "" if row.passed is None else ("PASS" if row.passed else "FAIL"),
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    right = {2, 4}
+
+    def render(cells: tuple[str, ...]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([render(header), rule, *(render(line) for line in lines)])
+
+
+def machine() -> dict[str, Any]:
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "grpcio": version("grpcio"),
+        "protobuf": version("protobuf"),
+        "sqlalchemy": version("sqlalchemy"),
+        "behest": version("behest"),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="behest's benchmark suite (issue 6)."
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (a smoke run of ~20 s, not figures)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="ITEM",
+        help="measure only these items (1-7; repeat or separate with commas); "
+        "items 2, 3, 4 and 7 measure the floors too, for their ratios",
+    )
+    parser.add_argument(
+        "--json", type=Path, help="write the JSON here (default bench/results/<UTC time>.json)"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=next((os.environ[k] for k in POSTGRES_ENV if os.environ.get(k)), ""),
+        help=f"PostgreSQL server for item 7 (default: ${' or $'.join(POSTGRES_ENV)})",
+    )
+    args = parser.parse_args(argv)
+    only = {part.strip() for value in args.only or [] for part in value.split(",") if part.strip()}
+    unknown = sorted(only - set(ITEMS))
+    if unknown:
+        parser.error(f"unknown item(s) {', '.join(unknown)}; items are {', '.join(ITEMS)}")
+    args.only = only or set(ITEMS)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    started = datetime.now(UTC)
+    suite = Suite(sizes=sizes, only=args.only, postgres_url=args.postgres_url)
+    began = time.perf_counter()
+    asyncio.run(run(suite))
+    seconds = time.perf_counter() - began
+    info = machine()
+    report = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "seconds": seconds,
+        "mode": "quick" if args.quick else "full",
+        "only": sorted(args.only),
+        "machine": info,
+        "server_env": children.server_settings_env(),
+        "sizes": asdict(sizes),
+        "items": {key: suite.results[key] for key in ITEMS if key in suite.results},
+        "table": [asdict(row) for row in suite.rows],
+        "errors": suite.errors,
+    }
+    path = args.json or RESULTS / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(
+        f"\nbehest bench ({report['mode']}), {report['started_at']}: {info['cpus']} CPUs, "
+        f"Python {info['python']}, grpcio {info['grpcio']}"
+    )
+    print(table(suite.rows))
+    if suite.errors:
+        print("\nnot measured:\n" + "\n".join(suite.errors))
+    print(f"\n{seconds:.0f} s; JSON: {path}")
+    return 1 if suite.failed else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(main())

@@ -1,0 +1,406 @@
+"""The measurements of issue 6: the floors (item 1) and behest's items 2-6.
+
+Every function takes open channels or stubs and its sizes, and returns plain figures; the
+targets, ratios and verdicts are applied in bench/__main__.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from behest._proto.agent.v1 import common_pb2 as c
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from bench._floor import floor_pb2, floor_pb2_grpc
+from bench.children import Child
+from bench.sizes import Sizes
+
+TERMINAL = frozenset({"run_completed", "run_failed", "run_cancelled"})
+# A Blob with a 96-byte payload and a small sequence is ~100 bytes on the wire.
+FLOOR_PAYLOAD_BYTES = 96
+# The slow runs of the idle-watchers item emit one delta this often, so they stay live.
+IDLE_DELAY_MS = 2000
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The q-th percentile (0-100), nearest rank; the samples need not be sorted."""
+    ordered = sorted(samples)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def channel(address: str, *, own_connection: bool = False) -> grpc.aio.Channel:
+    """A channel to `address`; with own_connection it does not share its TCP connection."""
+    options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
+    return grpc.aio.insecure_channel(address, options=options)
+
+
+# --- Item 1: the floors ------------------------------------------------------------------
+
+
+async def floor_one_stream(stub: floor_pb2_grpc.FloorServiceStub, messages: int) -> float:
+    """Messages/s of one Stream of `messages` Blobs."""
+    began = now()
+    count = 0
+    request = floor_pb2.Count(messages=messages, payload_bytes=FLOOR_PAYLOAD_BYTES)
+    async for _ in stub.Stream(request):
+        count += 1
+    elapsed = now() - began
+    if count != messages:
+        raise RuntimeError(f"floor stream sent {count} of {messages} messages")
+    return count / elapsed
+
+
+async def floor_streams(
+    stub: floor_pb2_grpc.FloorServiceStub, streams: int, messages_each: int
+) -> float:
+    """Aggregate messages/s of `streams` concurrent Streams of `messages_each` Blobs."""
+    request = floor_pb2.Count(messages=messages_each, payload_bytes=FLOOR_PAYLOAD_BYTES)
+
+    async def one() -> int:
+        count = 0
+        async for _ in stub.Stream(request):
+            count += 1
+        return count
+
+    began = now()
+    counts = await asyncio.gather(*(one() for _ in range(streams)))
+    elapsed = now() - began
+    if sum(counts) != streams * messages_each:
+        raise RuntimeError(f"floor streams sent {sum(counts)} of {streams * messages_each}")
+    return sum(counts) / elapsed
+
+
+async def floor_unary_ms(stub: floor_pb2_grpc.FloorServiceStub, calls: int) -> list[float]:
+    """Round trips of `calls` sequential Pings, in ms."""
+    samples = []
+    for _ in range(calls):
+        began = now()
+        await stub.Ping(floor_pb2.PingRequest())
+        samples.append((now() - began) * 1000)
+    return samples
+
+
+async def measure_floors(address: str, sizes: Sizes) -> dict[str, Any]:
+    """Item 1: each floor `sizes.floor_repeats` times, the median of each kept."""
+    async with channel(address) as ch:
+        stub = floor_pb2_grpc.FloorServiceStub(ch)
+        # Warm up the connection and both methods.
+        await floor_unary_ms(stub, 20)
+        await floor_one_stream(stub, 500)
+        one, many, rtt = [], [], []
+        for _ in range(sizes.floor_repeats):
+            one.append(await floor_one_stream(stub, sizes.floor_one_stream_messages))
+            many.append(
+                await floor_streams(stub, sizes.floor_streams, sizes.floor_messages_per_stream)
+            )
+            rtt.append(statistics.median(await floor_unary_ms(stub, sizes.floor_unary_calls)))
+    return {
+        "one_stream_msgs_per_s": statistics.median(one),
+        "streams_msgs_per_s": statistics.median(many),
+        "unary_rtt_median_ms": statistics.median(rtt),
+        "samples": {"one_stream": one, "streams": many, "unary_rtt_median_ms": rtt},
+    }
+
+
+# --- behest runs ---------------------------------------------------------------------------
+
+
+def create_request(input_: str, model: str) -> pb.CreateRunRequest:
+    return pb.CreateRunRequest(
+        provider=c.ProviderId(value="local"), model=c.ModelName(value=model), input=input_
+    )
+
+
+def script(deltas: int, delay_ms: float | None = None) -> str:
+    """The `script` model's input for one model call of `deltas` text deltas."""
+    step: dict[str, Any] = {"deltas": deltas}
+    if delay_ms is not None:
+        step["delay_ms"] = delay_ms
+    return json.dumps({"steps": [step]})
+
+
+@dataclass
+class Tally:
+    """What one client saw of one stream of a run's events."""
+
+    started: float
+    first_at: float | None = None
+    ended_at: float | None = None
+    events: int = 0
+    last_sequence: int = 0
+    run_id: str = ""
+    outcome: str = ""
+    problem: str = ""
+
+    @property
+    def first_event_ms(self) -> float | None:
+        return None if self.first_at is None else (self.first_at - self.started) * 1000
+
+    @property
+    def seconds(self) -> float:
+        assert self.ended_at is not None
+        return self.ended_at - self.started
+
+
+async def follow(
+    call: Any, started: float, *, after: int = 0, on_first: Callable[[], None] | None = None
+) -> Tally:
+    """Read a CreateRunStream or WatchRunEvents call to its end, checking what it sends.
+
+    A stream counts as a problem unless its sequences run on from `after` without a gap and
+    it ends with run_completed.
+    """
+    tally = Tally(started=started, last_sequence=after)
+    try:
+        async for event in call:
+            if tally.first_at is None:
+                tally.first_at = now()
+                tally.run_id = event.run_id
+                if on_first is not None:
+                    on_first()
+            tally.events += 1
+            if event.sequence != tally.last_sequence + 1 and not tally.problem:
+                tally.problem = f"sequence {event.sequence} after {tally.last_sequence}"
+            tally.last_sequence = event.sequence
+            kind = event.WhichOneof("event")
+            if kind in TERMINAL:
+                tally.outcome = kind
+        tally.ended_at = now()
+    except grpc.aio.AioRpcError as exc:
+        tally.ended_at = now()
+        tally.problem = tally.problem or f"{exc.code().name}: {exc.details()}"
+    if not tally.problem and tally.outcome != "run_completed":
+        tally.problem = f"ended with {tally.outcome or 'no terminal event'}"
+    return tally
+
+
+def raise_problem(tally: Tally, what: str) -> None:
+    if tally.problem:
+        raise RuntimeError(f"{what}: {tally.problem} (run {tally.run_id or 'unknown'})")
+
+
+async def warm_up(stub: rpc.RunServiceStub) -> int:
+    """A few short runs, so the first measured one does not pay for first-use costs.
+
+    Returns how many events a one-delta `script` run has besides its delta, so item 5 can ask
+    for a run of exactly the number of events it wants.
+    """
+    for i in range(5):
+        tally = await follow(stub.CreateRunStream(create_request(f"warm up {i}", "echo")), now())
+        raise_problem(tally, "warm-up run")
+    tally = await follow(stub.CreateRunStream(create_request(script(1), "script")), now())
+    raise_problem(tally, "warm-up run")
+    return tally.events - 1
+
+
+async def long_run(stub: rpc.RunServiceStub, deltas: int, repeats: int) -> dict[str, Any]:
+    """Item 2: one `script` run of `deltas` text deltas streamed to one client.
+
+    Run `repeats` times, one after the other; the median events/s is the figure.
+    """
+    rates, seconds = [], []
+    events = 0
+    for _ in range(repeats):
+        request = create_request(script(deltas), "script")
+        tally = await follow(stub.CreateRunStream(request), now())
+        raise_problem(tally, "long run")
+        events = tally.events
+        rates.append(tally.events / tally.seconds)
+        seconds.append(tally.seconds)
+    return {
+        "deltas": deltas,
+        "events": events,
+        "events_per_s": statistics.median(rates),
+        "samples": rates,
+        "seconds": seconds,
+    }
+
+
+async def many_runs(
+    stub: rpc.RunServiceStub, runs: int, deltas: int, repeats: int
+) -> dict[str, Any]:
+    """Item 3: `runs` concurrent CreateRunStream runs of `deltas` deltas each.
+
+    Done `repeats` times: the aggregate events/s is the median over the repeats, the
+    first-event percentiles are over every run of every repeat, the errors are summed.
+    """
+    request = create_request(script(deltas), "script")
+    rates, first, errors = [], [], []
+    events = 0
+    for _ in range(repeats):
+        began = now()
+        tallies = await asyncio.gather(
+            *(follow(stub.CreateRunStream(request), now()) for _ in range(runs))
+        )
+        ended = max(t.ended_at or now() for t in tallies)
+        errors += [t.problem for t in tallies if t.problem]
+        first += [ms for t in tallies if (ms := t.first_event_ms) is not None]
+        events = sum(t.events for t in tallies)
+        rates.append(events / (ended - began))
+    return {
+        "runs": runs,
+        "deltas_each": deltas,
+        "events": events,
+        "events_per_s": statistics.median(rates),
+        "samples": rates,
+        "first_event_p50_ms": percentile(first, 50) if first else None,
+        "first_event_p99_ms": percentile(first, 99) if first else None,
+        "first_event_max_ms": max(first) if first else None,
+        "errors": len(errors),
+        "error_examples": sorted(set(errors))[:5],
+    }
+
+
+async def first_event(stub: rpc.RunServiceStub, warm_up_runs: int, samples: int) -> dict[str, Any]:
+    """Item 4: sequential `echo` runs; time from the CreateRunStream call to its first event."""
+    first_ms = []
+    for i in range(warm_up_runs + samples):
+        tally = await follow(
+            stub.CreateRunStream(create_request(f"first event {i}", "echo")), now()
+        )
+        raise_problem(tally, "first-event run")
+        if i >= warm_up_runs:
+            assert tally.first_event_ms is not None
+            first_ms.append(tally.first_event_ms)
+    return {
+        "samples": samples,
+        "median_ms": statistics.median(first_ms),
+        "p90_ms": percentile(first_ms, 90),
+        "min_ms": min(first_ms),
+    }
+
+
+async def replay(
+    stub: rpc.RunServiceStub, events: int, overhead: int, repeats: int
+) -> dict[str, Any]:
+    """Item 5: WatchRunEvents from 0 on a finished run of `events` events (median of repeats)."""
+    written = await follow(
+        stub.CreateRunStream(create_request(script(events - overhead), "script")), now()
+    )
+    raise_problem(written, "run to replay")
+    rates = []
+    for _ in range(repeats):
+        request = pb.WatchRunEventsRequest(run_id=written.run_id, last_event_id=0)
+        tally = await follow(stub.WatchRunEvents(request), now())
+        raise_problem(tally, "replay")
+        if tally.events != written.events:
+            raise RuntimeError(f"replay sent {tally.events} of {written.events} events")
+        rates.append(tally.events / tally.seconds)
+    return {
+        "events": written.events,
+        "events_per_s": statistics.median(rates),
+        "samples": rates,
+    }
+
+
+async def idle_watchers(
+    server: Child, runs: int, watchers_per_run: int, channels: int, settle_s: float
+) -> dict[str, Any]:
+    """Item 6: server RSS growth with runs x watchers_per_run open WatchRunEvents on live runs.
+
+    The runs are slow `script` runs (one delta every IDLE_DELAY_MS) created before the
+    baseline is read, so the growth is the watchers' alone. The watchers are spread over
+    `channels` connections. The figure is read once every watcher has had its first event
+    and `settle_s` has passed.
+    """
+    chans = [channel(server.address, own_connection=True) for _ in range(channels)]
+    stubs = [rpc.RunServiceStub(ch) for ch in chans]
+    control = stubs[0]
+    run_ids: list[str] = []
+    calls: list[Any] = []
+    tasks: list[asyncio.Task[Tally]] = []
+    try:
+        slow = create_request(script(1_000_000, delay_ms=IDLE_DELAY_MS), "script")
+        for _ in range(runs):
+            run_ids.append((await control.CreateRun(slow)).run_id)
+        # Warm the watch path up (first-use costs are not the watchers'), then let go.
+        await _watch_until_first(stubs, run_ids[:1], 10, calls, tasks)
+        await _close(calls, tasks)
+        await asyncio.sleep(settle_s)
+        server.check_alive()
+        before = server.rss_bytes()
+        began = now()
+        await _watch_until_first(stubs, run_ids, watchers_per_run, calls, tasks)
+        opened_s = now() - began
+        await asyncio.sleep(settle_s)
+        server.check_alive()
+        after = server.rss_bytes()
+        problems = [t.result().problem for t in tasks if t.done() and t.result().problem]
+        if problems:
+            raise RuntimeError(f"{len(problems)} watchers ended early: {problems[0]}")
+        return {
+            "runs": runs,
+            "watchers": runs * watchers_per_run,
+            "connections": channels,
+            "rss_before_mb": before / 2**20,
+            "rss_after_mb": after / 2**20,
+            "growth_mb": (after - before) / 2**20,
+            "growth_kb_per_watcher": (after - before) / 1024 / (runs * watchers_per_run),
+            "seconds_to_open": opened_s,
+        }
+    finally:
+        await _close(calls, tasks)
+        for run_id in run_ids:
+            try:
+                await control.CancelRun(pb.CancelRunRequest(run_id=run_id))
+            except grpc.aio.AioRpcError:
+                pass  # already ended: nothing to cancel
+        for ch in chans:
+            await ch.close()
+
+
+async def _watch_until_first(
+    stubs: list[rpc.RunServiceStub],
+    run_ids: list[str],
+    per_run: int,
+    calls: list[Any],
+    tasks: list[asyncio.Task[Tally]],
+) -> None:
+    """Open per_run watchers on each run (round-robin over stubs); wait for each first event."""
+    total = len(run_ids) * per_run
+    seen = 0
+    all_seen = asyncio.Event()
+
+    def first() -> None:
+        nonlocal seen
+        seen += 1
+        if seen == total:
+            all_seen.set()
+
+    for i in range(total):
+        stub = stubs[i % len(stubs)]
+        call = stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_ids[i % len(run_ids)]))
+        calls.append(call)
+        tasks.append(asyncio.create_task(follow(call, now(), on_first=first)))
+    waiter = asyncio.create_task(all_seen.wait())
+    await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    if not all_seen.is_set():
+        waiter.cancel()
+        ended = next(t for t in tasks if t.done())
+        raise RuntimeError(f"a watcher ended before its first event: {ended.result().problem}")
+
+
+async def _close(calls: list[Any], tasks: list[asyncio.Task[Tally]]) -> None:
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    calls.clear()
+    tasks.clear()
+
+
+async def with_timeout(seconds: float, what: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    async with asyncio.timeout(seconds):
+        return await what

@@ -1,0 +1,77 @@
+"""How big each item of the suite is: FULL for `make bench`, QUICK for `--quick` (a smoke run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Counts of messages, runs, deltas and samples; see bench/README.md for what each item does.
+
+    Repeated measurements report their median; item_timeout_s bounds each item.
+    """
+
+    floor_repeats: int
+    floor_one_stream_messages: int
+    floor_streams: int
+    floor_messages_per_stream: int
+    floor_unary_calls: int
+    long_run_deltas: int
+    long_run_repeats: int
+    many_runs: int
+    many_runs_deltas: int
+    many_runs_repeats: int
+    first_event_warm_up: int
+    first_event_samples: int
+    replay_events: int
+    replay_repeats: int
+    idle_runs: int
+    idle_watchers_per_run: int
+    idle_channels: int
+    idle_settle_s: float
+    item_timeout_s: float
+
+
+FULL = Sizes(
+    floor_repeats=3,
+    floor_one_stream_messages=20_000,
+    floor_streams=50,
+    floor_messages_per_stream=400,
+    floor_unary_calls=1_000,
+    long_run_deltas=20_000,
+    long_run_repeats=3,
+    many_runs=100,
+    many_runs_deltas=200,
+    many_runs_repeats=3,
+    first_event_warm_up=10,
+    first_event_samples=100,
+    replay_events=10_000,
+    replay_repeats=3,
+    idle_runs=10,
+    idle_watchers_per_run=100,
+    idle_channels=10,
+    idle_settle_s=2.0,
+    item_timeout_s=240.0,
+)
+QUICK = Sizes(
+    floor_repeats=1,
+    floor_one_stream_messages=2_000,
+    floor_streams=50,
+    floor_messages_per_stream=40,
+    floor_unary_calls=100,
+    long_run_deltas=1_000,
+    long_run_repeats=1,
+    many_runs=20,
+    many_runs_deltas=50,
+    many_runs_repeats=1,
+    first_event_warm_up=3,
+    first_event_samples=20,
+    replay_events=1_000,
+    replay_repeats=1,
+    idle_runs=2,
+    idle_watchers_per_run=50,
+    idle_channels=2,
+    idle_settle_s=0.5,
+    item_timeout_s=60.0,
+)
