@@ -173,7 +173,7 @@ async def test_two_parallel_tool_calls_run_and_their_results_go_back_as_tool_mes
     assert follow_up[0] == {"role": "user", "content": "What is 1+2 and 2*3?"}
     assert follow_up[1] == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {
                 "id": "call_a1",

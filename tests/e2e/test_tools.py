@@ -179,6 +179,27 @@ async def test_tool_choice_may_name_a_tool(server: Server) -> None:
     assert answer(events).endswith("(choice: calculator)")
 
 
+async def test_a_forced_tool_choice_binds_until_a_tool_has_run(server: Server) -> None:
+    events = await run_script(
+        server,
+        {"tool_calls": [call("calculator", expression="12*7")]},
+        {"say": "tools"},
+        tool_choice="calculator",
+    )
+    assert answer(events).endswith("(choice: none)")  # the model answers from the result
+    assert kind(events[-1]) == "run_completed"
+
+
+async def test_a_required_tool_choice_becomes_auto_once_a_tool_has_run(server: Server) -> None:
+    events = await run_script(
+        server,
+        {"tool_calls": [call("calculator", expression="1+1")]},
+        {"say": "tools"},
+        tool_choice="required",
+    )
+    assert answer(events).endswith("(choice: auto)")
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [

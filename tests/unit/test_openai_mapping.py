@@ -134,13 +134,13 @@ def test_tool_choice(choice: str, expected: object) -> None:
     assert tool_choice(choice) == expected
 
 
-def test_an_assistant_turn_with_tool_calls_has_null_content() -> None:
+def test_an_assistant_turn_with_tool_calls_has_empty_string_content() -> None:
     turn = message(
         Role.ASSISTANT, tool_calls=(ToolCall("c1", "add", '{"a": 1}'), ToolCall("c2", "now", ""))
     )
     assert chat_message(turn) == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}},
             {"id": "c2", "type": "function", "function": {"name": "now", "arguments": "{}"}},

@@ -215,8 +215,8 @@ def chat_message(message: Message) -> dict[str, Any]:
                 return {"role": "assistant", "content": message.text}
             return {
                 "role": "assistant",
-                # OpenAI's own responses carry null content beside tool calls.
-                "content": message.text or None,
+                # "" rather than null: OpenAI accepts both, llama.cpp's server only a string.
+                "content": message.text,
                 "tool_calls": [
                     {
                         "id": call.id,

@@ -257,7 +257,7 @@ class AgentLoop:
             model=self._run.model,
             messages=compaction.context(self._transcript),
             tools=self._tools.definitions(sorted(self._offered)),
-            tool_choice=self._run.tool_choice,
+            tool_choice=self._tool_choice(),
             instructions=self._run.instructions,
             max_output_tokens=self._max_output_tokens,
             call_number=self.model_calls,
@@ -279,6 +279,16 @@ class AgentLoop:
             ) from None
         await self._complete_call(answer)
         return answer
+
+    def _tool_choice(self) -> str:
+        """A forced choice binds until a tool has run: then "required" becomes "auto", and a
+        named tool "none" (call it, then answer from its result)."""
+        choice = self._run.tool_choice
+        if choice in (ToolChoice.AUTO, ToolChoice.NONE):
+            return choice
+        if not any(m.role == Role.TOOL and m.run_id == self._run.id for m in self._transcript):
+            return choice
+        return ToolChoice.AUTO if choice == ToolChoice.REQUIRED else ToolChoice.NONE
 
     async def _take(self, delta: Delta, answer: _Answer) -> None:
         """One streamed delta: emit its event and add it to the answer."""
