@@ -39,11 +39,9 @@ The SDK's own retries are off (`max_retries=0`): behest's loop retries and annou
 
 from __future__ import annotations
 
-import email.utils
 import json
 import re
-import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anthropic
@@ -66,6 +64,7 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
+from behest.providers.retry_after import retry_after_s
 
 DEFAULT_MAX_TOKENS = 4096
 MISSING_RESULT = "no result: the tool call did not run (the run ended before it did)"
@@ -421,25 +420,6 @@ def _tool_names_used(messages: list[dict[str, Any]]) -> list[str]:
 
 
 # --- responses ----------------------------------------------------------------------------
-
-
-def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """The server's hint in seconds: `retry-after-ms`, or `retry-after` as seconds or a date."""
-    try:
-        return max(0.0, float(headers["retry-after-ms"]) / 1000)
-    except (KeyError, ValueError):
-        pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    parsed = email.utils.parsedate_tz(value)
-    if parsed is None:
-        return None
-    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
 
 
 def _input_tokens(usage: Any) -> int:

@@ -14,10 +14,7 @@ attempt. Vendor quirks handled here:
 
 from __future__ import annotations
 
-import email.utils
-import math
 import re
-import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +40,7 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
+from behest.providers.retry_after import retry_after_s
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers need no key, but the SDK refuses to start without one.
@@ -318,36 +316,6 @@ class ChunkReader:
 
 
 # --- errors -----------------------------------------------------------------------------
-
-
-def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """The server's wait hint: `retry-after-ms`, else `retry-after` in seconds or a date."""
-    milliseconds = _number(headers.get("retry-after-ms"))
-    if milliseconds is not None:
-        return milliseconds / 1000
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    seconds = _number(value)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _number(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _provider_message(exc: openai.APIStatusError) -> str:
