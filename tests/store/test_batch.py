@@ -6,7 +6,7 @@ import functools
 
 from behest.domain.runs import CreatedRun, RunStatus
 from behest.errors import Aborted, NotFound
-from behest.runs.loop import first_step
+from behest.runs.start import first_step
 from behest.store.base import NewRun
 from behest.store.sql.store import SqlStore
 from tests.store.helpers import (

@@ -37,7 +37,8 @@ from behest.errors import (
 from behest.events.log import EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compactor import Compactor
-from behest.runs.loop import AgentLoop, LoopLimits, Outcome, first_step, initial_snapshot
+from behest.runs.loop import AgentLoop, LoopLimits, Outcome
+from behest.runs.start import first_step, initial_snapshot
 from behest.runs.summariser import Summariser
 from behest.runs.transcript import closing_results
 from behest.store.base import (

@@ -1,0 +1,59 @@
+"""How a run starts: its first step (RunStarted, the user's message, the first snapshot)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from behest.domain import events as ev
+from behest.domain.messages import Message, Role
+from behest.domain.runs import Run, RunStatus, TokenUsage
+from behest.domain.snapshots import Snapshot
+from behest.store.base import AppendEvent, AppendMessage, PutSnapshot, Write
+
+
+def run_started(run: Run) -> ev.RunStarted:
+    return ev.RunStarted(run.session_id, run.provider, run.model)
+
+
+def user_message(run: Run, position: int) -> Message:
+    """The run's input as the session's next message."""
+    return Message(
+        id=str(uuid.uuid4()),
+        session_id=run.session_id,
+        run_id=run.id,
+        position=position,
+        role=Role.USER,
+        text=run.input,
+        created_at=datetime.now(UTC),
+    )
+
+
+def initial_snapshot(run: Run) -> Snapshot:
+    """Where a run is once started: session loaded, nothing done yet."""
+    return Snapshot(
+        run_id=run.id,
+        session_id=run.session_id,
+        status=RunStatus.SESSION_LOADED,
+        iteration=0,
+        usage=TokenUsage(),
+        updated_at=datetime.now(UTC),
+    )
+
+
+def first_step(run: Run, position: int, *, trace_id: str, span_id: str) -> list[Write]:
+    """The writes that start a run: RunStarted (sequence 1), the user's message, the state."""
+    event = ev.Event(
+        run_id=run.id,
+        sequence=1,
+        payload=run_started(run),
+        timestamp=datetime.now(UTC),
+        trace_id=trace_id,
+        span_id=span_id,
+    )
+    # The store creates the run in status SESSION_LOADED already.
+    return [
+        AppendEvent(event),
+        AppendMessage(user_message(run, position)),
+        PutSnapshot(initial_snapshot(run)),
+    ]
