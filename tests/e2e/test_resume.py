@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -10,6 +12,7 @@ import pytest
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest.domain.runs import RunRequest
 from tests.support import (
     Server,
     collect,
@@ -130,3 +133,28 @@ async def test_a_node_adopts_the_runs_of_a_node_whose_lease_lapsed(tmp_path: Pat
     finally:
         await stop_server(second)
     assert kind(events[-1]) == "run_completed"
+
+
+async def test_lease_keeping_never_takes_over_this_nodes_own_runs(tmp_path: Path) -> None:
+    # A run of this node that has no task yet is one whose creation just committed: the
+    # periodic adoption must leave it to its creator (taking it would run it twice).
+    server = await start_server_with_plugins(
+        fast_settings(tmp_path, node_id="node-x", run_lease_s=0.3)
+    )
+    try:
+        store = server.app.store
+        created = await store.create_run(
+            RunRequest(session_id=None, provider="local", model="echo", input="mine"),
+            run_id=str(uuid.uuid4()),
+            identity="default",
+            now=datetime.now(UTC),
+            traceparent="",
+            owner="node-x",
+            lease_until=datetime.now(UTC) - timedelta(seconds=1),
+        )
+        await asyncio.sleep(0.6)  # several rounds of lease keeping (every 0.1 s)
+        assert await store.last_sequence(created.run.id) == 0
+        run = await server.runs.GetRun(pb.GetRunRequest(run_id=created.run.id))
+        assert run.run.status == c.RUN_STATUS_PENDING
+    finally:
+        await stop_server(server)

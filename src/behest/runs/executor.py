@@ -204,7 +204,7 @@ class Executor:
     async def start(self) -> None:
         """Resume this node's interrupted runs, then keep claims alive and adopt orphans."""
         if self._resume_runs:
-            await self._resume_claimable()
+            await self._resume_claimable(own=True)
         self._lease_keeper = asyncio.create_task(self._keep_leases(), name="run-leases")
 
     async def _keep_leases(self) -> None:
@@ -217,13 +217,17 @@ class Executor:
             except Exception:
                 log.exception("renewing run leases failed; retrying")
 
-    async def _resume_claimable(self) -> None:
-        """Resume unfinished runs that are ours, unowned, or whose owner's lease lapsed."""
+    async def _resume_claimable(self, *, own: bool = False) -> None:
+        """Resume unfinished runs whose owner's lease lapsed (and, with `own`, this node's).
+
+        This node's own runs are resumed only at start-up: later, a run of ours that is not in
+        `_tasks` may be one whose creation has committed but whose task is not started yet.
+        """
         now = datetime.now(UTC)
         for run in await self._store.unfinished_runs():
             if not self._accepting:
                 return
-            if run.id in self._tasks:
+            if run.id in self._tasks or (run.owner == self._node and not own):
                 continue
             live = run.lease_expires_at is not None and run.lease_expires_at > now
             if run.owner and run.owner != self._node and live:
@@ -231,7 +235,7 @@ class Executor:
             claimed = await self._store.claim_run(
                 run.id, owner=self._node, now=now, lease_until=self._lease_until()
             )
-            if claimed:
+            if claimed and run.id not in self._tasks:
                 await self._resume(run)
 
     async def _resume(self, run: Run) -> None:
