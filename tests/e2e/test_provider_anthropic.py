@@ -62,8 +62,6 @@ async def server(
         yield running
     finally:
         await stop_server(running)
-        # behest has no hook that closes providers yet; close the SDK client's pool here.
-        await running.app.executor._providers.get(PROVIDER).aclose()  # type: ignore[attr-defined]
 
 
 def request(text: str, **fields: str | list[str]) -> pb.CreateRunRequest:

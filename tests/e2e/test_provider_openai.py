@@ -61,8 +61,6 @@ async def start(
     finally:
         for server in running:
             await stop_server(server)
-            # App.stop does not close providers yet; close the SDK's connection pool here.
-            await server.app.executor._providers.get(PROVIDER).aclose()  # type: ignore[attr-defined]
 
 
 @pytest.fixture

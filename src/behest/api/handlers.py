@@ -7,6 +7,7 @@ INTERNAL with a trace id, logged, never with a stack trace; a cap on open stream
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -72,17 +73,24 @@ def _lenient(cls: Any) -> Callable[[bytes], Any]:
     return deserialize
 
 
+@contextlib.asynccontextmanager
+async def _status_on_error(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """The one place errors become statuses: domain errors by the table, others INTERNAL."""
+    try:
+        yield
+    except BehestError as exc:
+        await context.abort(status_of(exc), str(exc))
+    except grpc.aio.AbortError:
+        raise
+    except Exception:
+        await _abort_internal(context)
+
+
 def _guard_unary(fn: Callable[..., Any]) -> Callable[..., Any]:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
         await _reject_undecodable(request, context)
-        try:
+        async with _status_on_error(context):
             return await fn(request, context)
-        except BehestError as exc:
-            await context.abort(status_of(exc), str(exc))
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            await _abort_internal(context)
 
     return handle
 
@@ -99,14 +107,9 @@ def _guard_stream(
             )
         streams.open += 1
         try:
-            async for item in fn(request, context):
-                yield item
-        except BehestError as exc:
-            await context.abort(status_of(exc), str(exc))
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            await _abort_internal(context)
+            async with _status_on_error(context):
+                async for item in fn(request, context):
+                    yield item
         finally:
             streams.open -= 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import typing
-from dataclasses import asdict, fields
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from behest.domain import events as ev
@@ -16,9 +16,18 @@ _KINDS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.
 
 def encode(payload: ev.Payload) -> tuple[str, str]:
     """Return the payload's kind and its JSON text."""
-    if isinstance(payload, ev.TextDelta):  # most events by far: skip the generic walk
-        return "TextDelta", json.dumps({"delta": payload.delta}, separators=(",", ":"))
-    return type(payload).__name__, json.dumps(asdict(payload), separators=(",", ":"))
+    return type(payload).__name__, json.dumps(_plain(payload), separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    """A payload as JSON-ready values; nested dataclasses (ToolCall, TokenUsage) as objects.
+
+    Shallow on purpose: `dataclasses.asdict` deep-copies every value, which is most of the
+    cost of encoding a text delta.
+    """
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    return value
 
 
 def decode(kind: str, text: str) -> ev.Payload:

@@ -211,7 +211,6 @@ class RunLog:
         self.last_sequence = last_sequence
         self.failed = False
         self._lock = asyncio.Lock()
-        self._last_done: asyncio.Future[None] | None = None
 
     async def emit(self, *payloads: Payload, state: Sequence[Write] = ()) -> asyncio.Future[None]:
         """Append events (and state writes) as one atomic step; durability is not awaited."""
@@ -236,7 +235,6 @@ class RunLog:
             done = await self._log.submit(writes, events)
             self.last_sequence += len(events)
         done.add_done_callback(self._check)
-        self._last_done = done
         return done
 
     def _check(self, done: asyncio.Future[None]) -> None:
@@ -248,10 +246,4 @@ class RunLog:
         await self._log.flush()
         self.last_sequence = await store.last_sequence(self.run_id)
         self.failed = False
-        self._last_done = None
         self._log.mend(self.run_id)
-
-    async def durable(self) -> None:
-        """Wait until every step emitted so far is committed; raises if one failed."""
-        if self._last_done is not None:
-            await asyncio.shield(self._last_done)

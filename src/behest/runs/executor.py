@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from opentelemetry import trace
 
 from behest.domain import events as ev
+from behest.domain.messages import Message
 from behest.domain.runs import (
     CreatedRun,
     FinishReason,
@@ -42,7 +43,6 @@ from behest.runs.start import first_step, initial_snapshot
 from behest.runs.summariser import Summariser
 from behest.runs.transcript import closing_results
 from behest.store.base import (
-    AppendEvent,
     AppendMessage,
     DeleteSnapshot,
     NewRun,
@@ -96,10 +96,6 @@ class Executor:
         self._lease_s = lease_s
         self._resume_runs = resume_runs
         self._lease_keeper: asyncio.Task[None] | None = None
-
-    @property
-    def active_runs(self) -> int:
-        return len(self._tasks)
 
     async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
         """Create a run (or find the one its client_request_id names) and start it."""
@@ -350,54 +346,62 @@ class Executor:
         """Write the terminal event with the final status, and wait until it is durable."""
         if run_log.failed:
             await run_log.resync(self._store)
-        closing = closing_results(
-            loop.transcript,
-            run_id=run.id,
-            session_id=run.session_id,
-            reason=_why(terminal),
+        await self._write_end(
+            run,
+            run_log,
+            terminal,
+            messages=loop.transcript,
             position=loop.next_position,
+            iterations=loop.iteration,
+            usage=loop.usage,
         )
-        writes = _terminal_state(run.id, terminal, loop.iteration, loop.usage)
-        done = await run_log.emit(
-            *[ev.ToolMessageCommitted(m.id) for m in closing],
-            terminal.payload,
-            state=[*(AppendMessage(m) for m in closing), *writes],
-        )
-        await asyncio.shield(done)
 
     async def _end_unowned(self, run: Run, terminal: _Terminal) -> None:
         """Write the terminal event of a run no task of this process owns."""
         with tracer().start_as_current_span(
             "behest.run.end", context=context_from_traceparent(run.traceparent)
         ):
-            trace_id, span_id = current_trace_ids()
-        messages = await self._store.session_messages(run.session_id)
+            messages = await self._store.session_messages(run.session_id)
+            last = await self._store.last_sequence(run.id)
+            await self._write_end(
+                run,
+                self._log.open_run(run.id, last_sequence=last),
+                terminal,
+                messages=messages,
+                position=messages[-1].position + 1 if messages else 0,
+                iterations=run.iterations,
+                usage=run.usage,
+            )
+
+    async def _write_end(
+        self,
+        run: Run,
+        run_log: RunLog,
+        terminal: _Terminal,
+        *,
+        messages: list[Message],
+        position: int,
+        iterations: int,
+        usage: TokenUsage,
+    ) -> None:
+        """The terminal step: error results for unanswered calls, the terminal event, the
+        final status, the snapshot removed — one step, awaited until durable."""
         closing = closing_results(
             messages,
             run_id=run.id,
             session_id=run.session_id,
             reason=_why(terminal),
-            position=messages[-1].position + 1 if messages else 0,
+            position=position,
         )
-        payloads: list[ev.Payload] = [ev.ToolMessageCommitted(m.id) for m in closing]
-        payloads.append(terminal.payload)
-        last = await self._store.last_sequence(run.id)
-        now = datetime.now(UTC)
-        events = [
-            ev.Event(
-                run_id=run.id,
-                sequence=last + offset,
-                payload=payload,
-                timestamp=now,
-                trace_id=trace_id,
-                span_id=span_id,
-            )
-            for offset, payload in enumerate(payloads, start=1)
-        ]
-        writes: list[Write] = [AppendEvent(e) for e in events]
-        writes.extend(AppendMessage(m) for m in closing)
-        writes.extend(_terminal_state(run.id, terminal, run.iterations, run.usage))
-        await asyncio.shield(await self._log.submit(writes, events))
+        done = await run_log.emit(
+            *[ev.ToolMessageCommitted(m.id) for m in closing],
+            terminal.payload,
+            state=[
+                *(AppendMessage(m) for m in closing),
+                *_terminal_state(run.id, terminal, iterations, usage),
+            ],
+        )
+        await asyncio.shield(done)
 
 
 def _why(terminal: _Terminal) -> str:

@@ -18,10 +18,6 @@ class Engines:
     writer: AsyncEngine
     reader: AsyncEngine
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.writer.dialect.name == "sqlite"
-
     async def dispose(self) -> None:
         await self.writer.dispose()
         if self.reader is not self.writer:
