@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy import Connection
 
 from behest.domain.events import Event, Payload, RunStarted
 from behest.domain.messages import Message, Role, ToolCall
@@ -162,10 +163,12 @@ async def trip_circuit_breaker(store: SqlStore, *, failures: int) -> datetime:
     """
     opened_at = at()
     values = {"consecutive_failures": failures, "opened_at": opened_at}
-    async with store.engines.writer.begin() as conn:
-        updated = await conn.execute(
-            sa.update(t.circuit_breaker).where(t.circuit_breaker.c.id == 1).values(**values)
-        )
+
+    def trip(conn: Connection) -> None:
+        breaker = t.circuit_breaker
+        updated = conn.execute(sa.update(breaker).where(breaker.c.id == 1).values(**values))
         if updated.rowcount == 0:
-            await conn.execute(sa.insert(t.circuit_breaker).values(id=1, **values))
+            conn.execute(sa.insert(breaker).values(id=1, **values))
+
+    await store.engines.writer.write(trip)
     return opened_at

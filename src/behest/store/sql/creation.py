@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus
 from behest.errors import Aborted, AlreadyExists, BehestError, NotFound
@@ -18,9 +18,12 @@ from behest.store.sql import rows
 from behest.store.sql import tables as t
 from behest.store.sql.writes import apply_writes
 
+INSERT_SESSIONS = sa.insert(t.sessions)
+INSERT_RUNS = sa.insert(t.runs)
 
-async def create_run(
-    conn: AsyncConnection,
+
+def create_run(
+    conn: Connection,
     request: RunRequest,
     *,
     run_id: str,
@@ -35,7 +38,7 @@ async def create_run(
     fingerprint = request.fingerprint()
     if key:
         found = (
-            await conn.execute(
+            conn.execute(
                 sa.select(t.idempotency_keys).where(
                     t.idempotency_keys.c.identity == identity, t.idempotency_keys.c.key == key
                 )
@@ -47,11 +50,11 @@ async def create_run(
                     f"client_request_id {key!r} was already used for run {found.run_id} "
                     "with a different request"
                 )
-            existing = await get_run(conn, found.run_id)
+            existing = get_run(conn, found.run_id)
             assert existing is not None
             return CreatedRun(existing, created=False)
         # Inserted first so that a racing twin blocks here and then finds this run.
-        await conn.execute(
+        conn.execute(
             sa.insert(t.idempotency_keys).values(
                 identity=identity,
                 key=key,
@@ -65,13 +68,13 @@ async def create_run(
         # FOR UPDATE (PostgreSQL; SQLite's writers are serialised anyway): a racing twin
         # waits here and then reads the winner's active_run_id, which the Aborted names.
         session = (
-            await conn.execute(
+            conn.execute(
                 sa.select(t.sessions).where(t.sessions.c.id == session_id).with_for_update()
             )
         ).first()
         if session is None:
             raise NotFound(f"session {session_id} not found")
-        claimed = await conn.execute(
+        claimed = conn.execute(
             sa.update(t.sessions)
             .where(t.sessions.c.id == session_id, t.sessions.c.active_run_id.is_(None))
             .values(active_run_id=run_id, updated_at=now)
@@ -83,7 +86,7 @@ async def create_run(
             )
     else:
         session_id = str(uuid.uuid4())
-        await conn.execute(
+        conn.execute(
             sa.insert(t.sessions).values(
                 id=session_id, created_at=now, updated_at=now, active_run_id=run_id
             )
@@ -98,21 +101,21 @@ async def create_run(
         lease_until=lease_until,
         status=status,
     )
-    await conn.execute(sa.insert(t.runs).values(**values))
+    conn.execute(INSERT_RUNS, values)
     return CreatedRun(rows.run_from_values(values), created=True)
 
 
-async def get_run(conn: AsyncConnection, run_id: str) -> Run | None:
-    row = (await conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id))).first()
+def get_run(conn: Connection, run_id: str) -> Run | None:
+    row = (conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id))).first()
     return None if row is None else rows.run_from_row(row)
 
 
-async def create_in_batch(conn: AsyncConnection, new: NewRun) -> BatchResult:
+def create_in_batch(conn: Connection, new: NewRun) -> BatchResult:
     """One run creation with its first step, in a savepoint: a refusal fails it alone."""
     for attempt in range(2):
         try:
-            async with conn.begin_nested():
-                created = await create_run(
+            with conn.begin_nested():
+                created = create_run(
                     conn,
                     new.request,
                     run_id=new.run_id,
@@ -126,9 +129,9 @@ async def create_in_batch(conn: AsyncConnection, new: NewRun) -> BatchResult:
                 writes: list[Write] = []
                 if created.created:
                     writes = new.first_step(
-                        created.run, await next_position(conn, created.run.session_id)
+                        created.run, next_position(conn, created.run.session_id)
                     )
-                    await apply_writes(conn, writes)
+                    apply_writes(conn, writes)
                 return created, writes
         except BehestError as exc:
             return exc
@@ -139,11 +142,11 @@ async def create_in_batch(conn: AsyncConnection, new: NewRun) -> BatchResult:
     raise AssertionError("unreachable")
 
 
-async def next_position(conn: AsyncConnection, session_id: str) -> int:
+def next_position(conn: Connection, session_id: str) -> int:
     query = sa.select(sa.func.max(t.messages.c.position)).where(
         t.messages.c.session_id == session_id
     )
-    last = (await conn.execute(query)).scalar()
+    last = (conn.execute(query)).scalar()
     return 0 if last is None else int(last) + 1
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
@@ -24,7 +25,14 @@ from behest.store.base import (
 )
 from behest.store.sql import rows
 from behest.store.sql import tables as t
-from behest.store.sql.creation import create_in_batch, create_run, fresh_run, get_run
+from behest.store.sql.creation import (
+    INSERT_RUNS,
+    INSERT_SESSIONS,
+    create_in_batch,
+    create_run,
+    fresh_run,
+    get_run,
+)
 from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.writes import TERMINAL, apply_writes, upsert
 
@@ -48,12 +56,7 @@ class SqlStore:
     async def start(self) -> None:
         if self._engines is None:
             self._engines = create_engines(self._url)
-            async with self.engines.writer.begin() as conn:
-                if conn.dialect.name == "postgresql":
-                    await conn.execute(
-                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY}
-                    )
-                await conn.run_sync(_upgrade)
+            await self.engines.writer.write(_upgrade)
 
     async def close(self) -> None:
         if self._engines is not None:
@@ -75,17 +78,16 @@ class SqlStore:
     ) -> CreatedRun:
         for attempt in range(3):
             try:
-                async with self.engines.writer.begin() as conn:
-                    return await create_run(
-                        conn,
-                        request,
-                        run_id=run_id,
-                        identity=identity,
-                        now=now,
-                        traceparent=traceparent,
-                        owner=owner,
-                        lease_until=lease_until,
-                    )
+                return await self.engines.writer.write(
+                    create_run,
+                    request,
+                    run_id=run_id,
+                    identity=identity,
+                    now=now,
+                    traceparent=traceparent,
+                    owner=owner,
+                    lease_until=lease_until,
+                )
             except IntegrityError:
                 # A racing request with the same key committed first: the retry finds its run.
                 if attempt == 2 or not request.client_request_id:
@@ -94,7 +96,7 @@ class SqlStore:
 
     async def get_run(self, run_id: str) -> Run | None:
         async with self.engines.reader.connect() as conn:
-            return await get_run(conn, run_id)
+            return await conn.run_sync(get_run, run_id)
 
     async def list_runs(
         self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
@@ -125,63 +127,40 @@ class SqlStore:
     ) -> bool:
         """Take an unfinished run that is unowned, ours already, or whose owner's lease lapsed."""
         runs = t.runs.c
-        async with self.engines.writer.begin() as conn:
-            claimed = await conn.execute(
-                sa.update(t.runs)
-                .where(
-                    runs.id == run_id,
-                    runs.status.not_in(TERMINAL),
-                    sa.or_(
-                        runs.owner.is_(None),
-                        runs.owner == owner,
-                        runs.lease_expires_at.is_(None),
-                        runs.lease_expires_at < now,
-                    ),
-                )
-                .values(owner=owner, lease_expires_at=lease_until)
+        statement = (
+            sa.update(t.runs)
+            .where(
+                runs.id == run_id,
+                runs.status.not_in(TERMINAL),
+                sa.or_(
+                    runs.owner.is_(None),
+                    runs.owner == owner,
+                    runs.lease_expires_at.is_(None),
+                    runs.lease_expires_at < now,
+                ),
             )
-            return bool(claimed.rowcount == 1)
+            .values(owner=owner, lease_expires_at=lease_until)
+        )
+        claimed = await self.engines.writer.write(_rowcount, statement)
+        return claimed == 1
 
     async def renew_leases(self, *, owner: str, lease_until: datetime) -> None:
         """Extend the claims of every unfinished run `owner` holds."""
         runs = t.runs.c
-        async with self.engines.writer.begin() as conn:
-            await conn.execute(
-                sa.update(t.runs)
-                .where(runs.owner == owner, runs.status.not_in(TERMINAL))
-                .values(lease_expires_at=lease_until)
-            )
+        statement = (
+            sa.update(t.runs)
+            .where(runs.owner == owner, runs.status.not_in(TERMINAL))
+            .values(lease_expires_at=lease_until)
+        )
+        await self.engines.writer.write(_rowcount, statement)
 
     # --- the event log's writes ----------------------------------------------------------
 
     async def apply(self, writes: list[Write]) -> None:
-        async with self.engines.writer.begin() as conn:
-            await apply_writes(conn, writes)
+        await self.engines.writer.write(apply_writes, writes)
 
     async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
-        async with self.engines.writer.begin() as conn:
-            results: list[BatchResult] = []
-            plain: list[Write] = []
-            sessions: list[dict[str, Any]] = []
-            runs: list[dict[str, Any]] = []
-            for item in items:
-                if not isinstance(item, NewRun):
-                    results.append(None)
-                    plain.extend(item)
-                elif item.request.session_id or item.request.client_request_id:
-                    results.append(await create_in_batch(conn, item))
-                else:
-                    # A new session and no key: nothing to check, so insert with the others.
-                    session, run, created, writes = fresh_run(item)
-                    sessions.append(session)
-                    runs.append(run)
-                    results.append((created, writes))
-                    plain.extend(writes)
-            if sessions:
-                await conn.execute(sa.insert(t.sessions), sessions)
-                await conn.execute(sa.insert(t.runs), runs)
-            await apply_writes(conn, plain)
-            return results
+        return await self.engines.writer.write(_apply_batch, items)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -243,11 +222,7 @@ class SqlStore:
 
     async def put_compaction_config(self, config: CompactionConfig) -> None:
         row = {"id": 1, **{name: getattr(config, name) for name in _config_fields()}}
-        async with self.engines.writer.begin() as conn:
-            await conn.execute(upsert(conn.dialect.name, t.compaction_config, row, key="id"))
-            # A new configuration deserves a fresh chance: it closes the breaker.
-            breaker = {"id": 1, "consecutive_failures": 0, "opened_at": None}
-            await conn.execute(upsert(conn.dialect.name, t.circuit_breaker, breaker, key="id"))
+        await self.engines.writer.write(_put_compaction_config, row)
 
     async def get_circuit_breaker(self) -> CircuitBreakerState:
         query = sa.select(t.circuit_breaker).where(t.circuit_breaker.c.id == 1)
@@ -261,25 +236,73 @@ class SqlStore:
     async def record_compaction(
         self, *, succeeded: bool, threshold: int, now: datetime
     ) -> CircuitBreakerState:
-        breaker = t.circuit_breaker
-        async with self.engines.writer.begin() as conn:
-            query = sa.select(breaker).where(breaker.c.id == 1)
-            if conn.dialect.name == "postgresql":
-                query = query.with_for_update()
-            row = (await conn.execute(query)).first()
-            failures = 0 if succeeded else (row.consecutive_failures if row else 0) + 1
-            # Each failure at or past the threshold (re)opens it: also one after a cool-down.
-            opened_at = now if failures >= threshold else None
-            values = {"id": 1, "consecutive_failures": failures, "opened_at": opened_at}
-            await conn.execute(upsert(conn.dialect.name, breaker, values, key="id"))
-        return CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
+        return await self.engines.writer.write(
+            _record_compaction, succeeded=succeeded, threshold=threshold, now=now
+        )
 
 
 def _config_fields() -> list[str]:
     return [c.name for c in t.compaction_config.columns if c.name != "id"]
 
 
-def _upgrade(connection: Any) -> None:
+# --- write transactions (run by the engines' writer) ----------------------------------------
+
+
+def _rowcount(conn: Connection, statement: sa.Executable) -> int:
+    return int(conn.execute(statement).rowcount)
+
+
+def _apply_batch(conn: Connection, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
+    results: list[BatchResult] = []
+    plain: list[Write] = []
+    sessions: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, NewRun):
+            results.append(None)
+            plain.extend(item)
+        elif item.request.session_id or item.request.client_request_id:
+            results.append(create_in_batch(conn, item))
+        else:
+            # A new session and no key: nothing to check, so insert with the others.
+            session, run, created, writes = fresh_run(item)
+            sessions.append(session)
+            runs.append(run)
+            results.append((created, writes))
+            plain.extend(writes)
+    if sessions:
+        conn.execute(INSERT_SESSIONS, sessions)
+        conn.execute(INSERT_RUNS, runs)
+    apply_writes(conn, plain)
+    return results
+
+
+def _put_compaction_config(conn: Connection, row: dict[str, Any]) -> None:
+    conn.execute(upsert(conn.dialect.name, t.compaction_config, row, key="id"))
+    # A new configuration deserves a fresh chance: it closes the breaker.
+    breaker = {"id": 1, "consecutive_failures": 0, "opened_at": None}
+    conn.execute(upsert(conn.dialect.name, t.circuit_breaker, breaker, key="id"))
+
+
+def _record_compaction(
+    conn: Connection, *, succeeded: bool, threshold: int, now: datetime
+) -> CircuitBreakerState:
+    breaker = t.circuit_breaker
+    query = sa.select(breaker).where(breaker.c.id == 1)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    failures = 0 if succeeded else (row.consecutive_failures if row else 0) + 1
+    # Each failure at or past the threshold (re)opens it: also one after a cool-down.
+    opened_at = now if failures >= threshold else None
+    values = {"id": 1, "consecutive_failures": failures, "opened_at": opened_at}
+    conn.execute(upsert(conn.dialect.name, breaker, values, key="id"))
+    return CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
+
+
+def _upgrade(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from behest.domain.runs import RunStatus
 from behest.domain.snapshots import Snapshot
@@ -24,8 +24,56 @@ from behest.store.sql import tables as t
 
 TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
 
+# Built once: SQLAlchemy then only looks each up in its compiled cache. Building them per
+# call (their clauses, `excluded` columns) cost more than SQLite spent executing them.
+_INSERT_EVENTS = sa.insert(t.events)
+_INSERT_MESSAGES = sa.insert(t.messages)
+_CLEAR_TOOL_RESULTS = (
+    sa.update(t.messages)
+    .where(
+        t.messages.c.session_id == sa.bindparam("b_session"),
+        t.messages.c.role == "tool",
+        t.messages.c.position <= sa.bindparam("b_through"),
+    )
+    .values(text=sa.bindparam("b_text"))
+)
+_UPDATE_RUNS = (
+    sa.update(t.runs)
+    # No NOT IN: an expanding parameter cannot be used with executemany.
+    .where(t.runs.c.id == sa.bindparam("b_id"), *(t.runs.c.status != s for s in TERMINAL))
+    .values(
+        status=sa.bindparam("b_status"),
+        iterations=sa.bindparam("b_iterations"),
+        input_tokens=sa.bindparam("b_input"),
+        output_tokens=sa.bindparam("b_output"),
+        finish_reason=sa.bindparam("b_finish"),
+        error=sa.bindparam("b_error"),
+        updated_at=sa.bindparam("b_now"),
+    )
+)
+_END_SESSIONS_RUNS = (
+    sa.update(t.sessions)
+    .where(t.sessions.c.active_run_id.in_(sa.bindparam("b_ended", expanding=True)))
+    .values(active_run_id=None, updated_at=sa.bindparam("b_now"))
+)
+_DELETE_SNAPSHOTS = sa.delete(t.snapshots).where(
+    t.snapshots.c.run_id.in_(sa.bindparam("b_gone", expanding=True))
+)
 
-async def apply_writes(conn: AsyncConnection, writes: list[Write]) -> None:
+
+def _upsert_snapshots(dialect: Any) -> Any:
+    insert = dialect.insert(t.snapshots)
+    changed = {c.name: insert.excluded[c.name] for c in t.snapshots.c if c.name != "run_id"}
+    return insert.on_conflict_do_update(index_elements=["run_id"], set_=changed)
+
+
+_UPSERT_SNAPSHOTS = {
+    "postgresql": _upsert_snapshots(postgresql),
+    "sqlite": _upsert_snapshots(sqlite),
+}
+
+
+def apply_writes(conn: Connection, writes: list[Write]) -> None:
     events: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
     run_updates: dict[str, UpdateRun] = {}
@@ -49,43 +97,27 @@ async def apply_writes(conn: AsyncConnection, writes: list[Write]) -> None:
             case ClearToolResults():
                 clears.append(write)
     if messages:
-        await conn.execute(sa.insert(t.messages), messages)
+        conn.execute(_INSERT_MESSAGES, messages)
     if events:
-        await conn.execute(sa.insert(t.events), events)
+        conn.execute(_INSERT_EVENTS, events)
     for clear in clears:
-        await conn.execute(
-            sa.update(t.messages)
-            .where(
-                t.messages.c.session_id == clear.session_id,
-                t.messages.c.role == "tool",
-                t.messages.c.position <= clear.through_position,
-            )
-            .values(text=clear.text)
+        conn.execute(
+            _CLEAR_TOOL_RESULTS,
+            {
+                "b_session": clear.session_id,
+                "b_through": clear.through_position,
+                "b_text": clear.text,
+            },
         )
-    await update_runs(conn, list(run_updates.values()))
-    await put_snapshots(conn, snapshots)
+    update_runs(conn, list(run_updates.values()))
+    put_snapshots(conn, snapshots)
 
 
-async def update_runs(conn: AsyncConnection, updates: list[UpdateRun]) -> None:
+def update_runs(conn: Connection, updates: list[UpdateRun]) -> None:
     """One executemany for every run's progress; an ended run is never changed again."""
     if not updates:
         return
     now = rows.now()
-    runs = t.runs.c
-    statement = (
-        sa.update(t.runs)
-        # No NOT IN: an expanding parameter cannot be used with executemany.
-        .where(runs.id == sa.bindparam("b_id"), *(runs.status != s for s in TERMINAL))
-        .values(
-            status=sa.bindparam("b_status"),
-            iterations=sa.bindparam("b_iterations"),
-            input_tokens=sa.bindparam("b_input"),
-            output_tokens=sa.bindparam("b_output"),
-            finish_reason=sa.bindparam("b_finish"),
-            error=sa.bindparam("b_error"),
-            updated_at=now,
-        )
-    )
     params = [
         {
             "b_id": u.run_id,
@@ -95,32 +127,24 @@ async def update_runs(conn: AsyncConnection, updates: list[UpdateRun]) -> None:
             "b_output": u.usage.output_tokens,
             "b_finish": int(u.finish_reason),
             "b_error": u.error,
+            "b_now": now,
         }
         for u in updates
     ]
-    await conn.execute(statement, params)
+    conn.execute(_UPDATE_RUNS, params)
     ended = [u.run_id for u in updates if u.status.is_terminal]
     if ended:
-        await conn.execute(
-            sa.update(t.sessions)
-            .where(t.sessions.c.active_run_id.in_(ended))
-            .values(active_run_id=None, updated_at=now)
-        )
+        conn.execute(_END_SESSIONS_RUNS, {"b_ended": ended, "b_now": now})
 
 
-async def put_snapshots(conn: AsyncConnection, snapshots: dict[str, Snapshot | None]) -> None:
+def put_snapshots(conn: Connection, snapshots: dict[str, Snapshot | None]) -> None:
     """Upsert the saved snapshots and delete the removed ones, each in one statement."""
     gone = [run_id for run_id, snapshot in snapshots.items() if snapshot is None]
     saved = [rows.snapshot_to_row(s) for s in snapshots.values() if s is not None]
     if gone:
-        await conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id.in_(gone)))
+        conn.execute(_DELETE_SNAPSHOTS, {"b_gone": gone})
     if saved:
-        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-        insert = dialect.insert(t.snapshots)
-        changed = {c: insert.excluded[c] for c in saved[0] if c != "run_id"}
-        await conn.execute(
-            insert.on_conflict_do_update(index_elements=["run_id"], set_=changed), saved
-        )
+        conn.execute(_UPSERT_SNAPSHOTS[conn.dialect.name], saved)
 
 
 def upsert(dialect_name: str, table: sa.Table, row: dict[str, Any], *, key: str) -> Any:
