@@ -58,6 +58,7 @@ class App:
                 max_iterations=settings.max_iterations,
                 tool_concurrency=settings.tool_concurrency,
                 compaction_cooldown_s=settings.compaction_cooldown_s,
+                coalesce_text_deltas=settings.coalesce_text_deltas,
             ),
             max_concurrent_runs=settings.max_concurrent_runs,
             node_id=settings.node_id,

@@ -32,6 +32,9 @@ class Settings:
     # Group commit: the writer flushes when this many writes wait or after this many ms.
     commit_batch_max: int = 500
     commit_window_ms: float = 0.0
+    # Text deltas that arrive while the run's previous one is being committed join into one
+    # TextDelta event (same text); off: one event per model delta.
+    coalesce_text_deltas: bool = True
     # Request bounds (bytes of UTF-8).
     max_input_bytes: int = 256 * 1024
     max_metadata_bytes: int = 16 * 1024

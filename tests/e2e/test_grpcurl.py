@@ -380,7 +380,7 @@ async def test_create_run_stream_prints_the_whole_run(recipes: Recipes) -> None:
     assert field(payload(events[-1]), "finish_reason") == "FINISH_REASON_STOP"
     deltas = [field(payload(e), "delta") for e in events if event_kind(e) == "text_delta"]
     assert "".join(deltas) == text
-    assert len(deltas) == len(text.split())
+    assert 1 <= len(deltas) <= len(text.split())  # one per word, unless joined
     assert kinds[:3] == ["run_started", "context_built", "model_started"]
     # What grpcurl printed is what the stub sees in the log.
     stored = await finished(recipes.server, run_id)

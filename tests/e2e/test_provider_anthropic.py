@@ -32,6 +32,8 @@ from tests.support import (
     stop_server,
 )
 
+# These tests map each streamed chunk to its event, so deltas are never joined here.
+ONE_EVENT_PER_CHUNK = False
 PROVIDER = "fake-anthropic"
 MODEL = "claude-test"
 KEY = f"sk-ant-test-{uuid.uuid4().hex}"
@@ -56,7 +58,9 @@ async def server(
         "timeout_s": 5,
         "models": {MODEL: {"context_window": 8000, "max_output_tokens": 256}},
     }
-    settings = fast_settings(tmp_path).with_tables({"providers": {PROVIDER: table}}, source="test")
+    settings = fast_settings(tmp_path, coalesce_text_deltas=ONE_EVENT_PER_CHUNK).with_tables(
+        {"providers": {PROVIDER: table}}, source="test"
+    )
     running = await start_server(settings)
     try:
         yield running

@@ -17,6 +17,8 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from tests.fakes.openai_fake import FakeOpenAI, error, text, tool_calls
 from tests.support import Server, collect, create_request, fast_settings, start_server, stop_server
 
+# These tests map each streamed chunk to its event, so deltas are never joined here.
+ONE_EVENT_PER_CHUNK = False
 PROVIDER = "fake-openai"
 MODEL = "gpt-test"
 KEY = "sk-fake-7d1c0b9e4a2f4c58b3e6a9d0f1c2b3a4"
@@ -50,9 +52,9 @@ async def start(
             "models": {MODEL: {"context_window": 8000, "max_output_tokens": 256}},
             **provider,
         }
-        settings = fast_settings(tmp_path / str(len(running))).with_tables(
-            {"providers": {PROVIDER: table}}, source="test"
-        )
+        settings = fast_settings(
+            tmp_path / str(len(running)), coalesce_text_deltas=ONE_EVENT_PER_CHUNK
+        ).with_tables({"providers": {PROVIDER: table}}, source="test")
         running.append(await start_server(settings))
         return running[-1]
 

@@ -39,6 +39,7 @@ from behest.runs import compaction
 from behest.runs.compactor import Compacted, Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.runs.start import run_started, user_message
+from behest.runs.text_coalescer import TextCoalescer
 from behest.store.base import (
     AppendMessage,
     PutSnapshot,
@@ -58,6 +59,7 @@ class LoopLimits:
     max_iterations: int = 10
     tool_concurrency: int = 4
     compaction_cooldown_s: float = 300.0
+    coalesce_text_deltas: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +265,7 @@ class AgentLoop:
             call_number=self.model_calls,
         )
         answer = _Answer()
+        text = TextCoalescer(self._log, enabled=self._limits.coalesce_text_deltas)
         idle = self._timeout_s
         loop = asyncio.get_running_loop()
         try:
@@ -272,11 +275,19 @@ class AgentLoop:
             ):
                 async for delta in deltas:
                     deadline.reschedule(loop.time() + idle)
-                    await self._take(delta, answer)
-        except TimeoutError:
-            raise TransientProviderError(
-                self._run.provider, f"no output for {idle:g} s (timed out)"
-            ) from None
+                    await self._take(delta, answer, text)
+        except asyncio.CancelledError:
+            text.discard()
+            raise
+        except BaseException as exc:
+            # Even a failed attempt's text is shown whole (a retry's ModelStarted voids it).
+            await text.flush()
+            if isinstance(exc, TimeoutError):
+                raise TransientProviderError(
+                    self._run.provider, f"no output for {idle:g} s (timed out)"
+                ) from None
+            raise
+        await text.flush()
         await self._complete_call(answer)
         return answer
 
@@ -290,12 +301,14 @@ class AgentLoop:
             return choice
         return ToolChoice.AUTO if choice == ToolChoice.REQUIRED else ToolChoice.NONE
 
-    async def _take(self, delta: Delta, answer: _Answer) -> None:
+    async def _take(self, delta: Delta, answer: _Answer, text: TextCoalescer) -> None:
         """One streamed delta: emit its event and add it to the answer."""
+        if not isinstance(delta, TextChunk):
+            await text.flush()
         match delta:
             case TextChunk(chunk):
                 answer.text += chunk
-                await self._log.emit(ev.TextDelta(chunk))
+                await text.add(chunk)
             case ToolCallBegin(call_id, name):
                 await self._complete_call(answer)
                 answer.open_call = (call_id, name, [])
