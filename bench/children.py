@@ -154,10 +154,16 @@ def server_settings_env() -> dict[str, str]:
     return passed
 
 
-async def start_behest(data_dir: Path, database_url: str = "") -> Child:
-    """`python -m behest serve` on 127.0.0.1:0 with its data in `data_dir`."""
+async def start_behest(
+    data_dir: Path, database_url: str = "", settings: dict[str, str] | None = None
+) -> Child:
+    """`python -m behest serve` on 127.0.0.1:0 with its data in `data_dir`.
+
+    `settings`: BEHEST_* variables for this server only (they win over the caller's).
+    """
     args = ["-m", "behest", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
-    return await _start("behest server", args, behest_env(database_url), "behest serving")
+    env = {**behest_env(database_url), **(settings or {})}
+    return await _start("behest server", args, env, "behest serving")
 
 
 async def start_floor() -> Child:

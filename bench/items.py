@@ -140,6 +140,9 @@ class Tally:
     first_at: float | None = None
     ended_at: float | None = None
     events: int = 0
+    # The model's deltas (each of the `script` model's is "w<i> ") and the events carrying them.
+    model_deltas: int = 0
+    text_delta_events: int = 0
     last_sequence: int = 0
     run_id: str = ""
     outcome: str = ""
@@ -176,7 +179,10 @@ async def follow(
                 tally.problem = f"sequence {event.sequence} after {tally.last_sequence}"
             tally.last_sequence = event.sequence
             kind = event.WhichOneof("event")
-            if kind in TERMINAL:
+            if kind == "text_delta":
+                tally.text_delta_events += 1
+                tally.model_deltas += event.text_delta.delta.count(" ")
+            elif kind in TERMINAL:
                 tally.outcome = kind
         tally.ended_at = now()
     except grpc.aio.AioRpcError as exc:
@@ -211,19 +217,23 @@ async def long_run(stub: rpc.RunServiceStub, deltas: int, repeats: int) -> dict[
 
     Run `repeats` times, one after the other; the median events/s is the figure.
     """
-    rates, seconds = [], []
-    events = 0
+    rates, delta_rates, seconds = [], [], []
+    tally = Tally(started=now())
     for _ in range(repeats):
         request = create_request(script(deltas), "script")
         tally = await follow(stub.CreateRunStream(request), now())
         raise_problem(tally, "long run")
-        events = tally.events
+        if tally.model_deltas != deltas:
+            raise RuntimeError(f"long run streamed {tally.model_deltas} of {deltas} deltas")
         rates.append(tally.events / tally.seconds)
+        delta_rates.append(deltas / tally.seconds)
         seconds.append(tally.seconds)
     return {
         "deltas": deltas,
-        "events": events,
+        "events": tally.events,
+        "text_delta_events": tally.text_delta_events,
         "events_per_s": statistics.median(rates),
+        "deltas_per_s": statistics.median(delta_rates),
         "samples": rates,
         "seconds": seconds,
     }
@@ -238,8 +248,8 @@ async def many_runs(
     first-event percentiles are over every run of every repeat, the errors are summed.
     """
     request = create_request(script(deltas), "script")
-    rates, first, errors = [], [], []
-    events = 0
+    rates, delta_rates, first, errors = [], [], [], []
+    events = text_delta_events = 0
     for _ in range(repeats):
         began = now()
         tallies = await asyncio.gather(
@@ -249,12 +259,16 @@ async def many_runs(
         errors += [t.problem for t in tallies if t.problem]
         first += [ms for t in tallies if (ms := t.first_event_ms) is not None]
         events = sum(t.events for t in tallies)
+        text_delta_events = sum(t.text_delta_events for t in tallies)
         rates.append(events / (ended - began))
+        delta_rates.append(sum(t.model_deltas for t in tallies) / (ended - began))
     return {
         "runs": runs,
         "deltas_each": deltas,
         "events": events,
+        "text_delta_events": text_delta_events,
         "events_per_s": statistics.median(rates),
+        "deltas_per_s": statistics.median(delta_rates),
         "samples": rates,
         "first_event_p50_ms": percentile(first, 50) if first else None,
         "first_event_p99_ms": percentile(first, 99) if first else None,

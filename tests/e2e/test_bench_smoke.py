@@ -43,7 +43,13 @@ def test_quick_bench_writes_every_item(tmp_path: Path) -> None:
     for figure in ("one_stream_msgs_per_s", "streams_msgs_per_s", "unary_rtt_median_ms"):
         assert floors[figure] > 0
     assert found["2"]["events"] > found["2"]["deltas"]
+    assert found["2"]["text_delta_events"] == found["2"]["deltas"]
+    joined = found["2"]["joined"]
+    assert "error" not in joined, joined
+    assert joined["deltas_per_s"] > 0
+    assert joined["text_delta_events"] < found["2"]["deltas"]
     assert found["3"]["errors"] == 0
+    assert found["3"]["joined"]["errors"] == 0
     assert found["3"]["first_event_p99_ms"] > 0
     assert found["4"]["median_ms"] > 0
     assert found["5"]["events_per_s"] > 0
