@@ -7,7 +7,6 @@ shutdown (the run is left as it is, resumable from its snapshot) and from a fail
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from behest.errors import (
 )
 from behest.events.log import EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
+from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
 from behest.runs.loop import AgentLoop, LoopLimits, Outcome
 from behest.runs.start import first_step, initial_snapshot
@@ -96,6 +96,7 @@ class Executor:
         self._lease_s = lease_s
         self._resume_runs = resume_runs
         self._lease_keeper: asyncio.Task[None] | None = None
+        self.compaction_settings = CompactionSettings(store)
 
     async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
         """Create a run (or find the one its client_request_id names) and start it."""
@@ -114,6 +115,15 @@ class Executor:
             attributes={"behest.run_id": run_id},
         )
         ids = span.get_span_context()
+        # What the first step wrote (it runs inside the creating transaction).
+        first_writes: list[Write] = []
+
+        trace_id, span_id = format(ids.trace_id, "032x"), format(ids.span_id, "016x")
+
+        def first(run: Run, position: int) -> list[Write]:
+            first_writes[:] = first_step(run, position, trace_id=trace_id, span_id=span_id)
+            return first_writes
+
         created = await self._log.create(
             NewRun(
                 request=request,
@@ -123,17 +133,17 @@ class Executor:
                 traceparent=traceparent_of(span),
                 owner=self._node,
                 lease_until=self._lease_until(),
-                first_step=functools.partial(
-                    first_step,
-                    trace_id=format(ids.trace_id, "032x"),
-                    span_id=format(ids.span_id, "016x"),
-                ),
+                first_step=first,
             )
         )
         if created.created:
             span.set_attribute("behest.session_id", created.run.session_id)
             snapshot = initial_snapshot(created.run)
-            self._start(created.run, span, last_sequence=1, snapshot=snapshot)
+            # A new session holds only this run's input: no need to read it back.
+            known = None
+            if not request.session_id:
+                known = [w.message for w in first_writes if isinstance(w, AppendMessage)]
+            self._start(created.run, span, last_sequence=1, snapshot=snapshot, transcript=known)
         else:
             span.end()
         return created
@@ -273,14 +283,27 @@ class Executor:
     # --- one run ----------------------------------------------------------------------
 
     def _start(
-        self, run: Run, span: trace.Span, *, last_sequence: int, snapshot: Snapshot | None = None
+        self,
+        run: Run,
+        span: trace.Span,
+        *,
+        last_sequence: int,
+        snapshot: Snapshot | None = None,
+        transcript: list[Message] | None = None,
     ) -> None:
         run_log = self._log.open_run(run.id, last_sequence=last_sequence)
-        task = asyncio.create_task(self._drive(run, run_log, span, snapshot), name=f"run-{run.id}")
+        task = asyncio.create_task(
+            self._drive(run, run_log, span, snapshot, transcript), name=f"run-{run.id}"
+        )
         self._tasks[run.id] = task
 
     async def _drive(
-        self, run: Run, run_log: RunLog, span: trace.Span, snapshot: Snapshot | None
+        self,
+        run: Run,
+        run_log: RunLog,
+        span: trace.Span,
+        snapshot: Snapshot | None,
+        transcript: list[Message] | None,
     ) -> None:
         try:
             with trace.use_span(span, end_on_exit=True):
@@ -293,6 +316,7 @@ class Executor:
                     tools=self._tools,
                     limits=self._limits,
                     compactor=await self._compactor(run, run_log),
+                    transcript=transcript,
                 )
                 terminal = await self._outcome(run, loop, snapshot)
                 if terminal is None:
@@ -304,7 +328,7 @@ class Executor:
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
         """Compaction as configured when the run starts (later updates apply to later runs)."""
-        config = await self._store.get_compaction_config()
+        config = await self.compaction_settings.get()
         return Compactor(
             run=run,
             log=run_log,

@@ -95,10 +95,13 @@ class AgentLoop:
         tools: ToolRegistry,
         limits: LoopLimits,
         compactor: Compactor | None = None,
+        transcript: list[Message] | None = None,
     ) -> None:
+        """`transcript`: the session's messages, when the caller knows them (a new session)."""
         self._run = run
         self._log = log
         self._store = store
+        self._known_transcript = transcript
         self._transcript: list[Message] = []
         self.next_position = 0
         self._provider = provider
@@ -411,7 +414,11 @@ class AgentLoop:
             self.next_position += int(compacted.used_position)
 
     async def _load_transcript(self) -> None:
-        self._transcript = await self._store.session_messages(self._run.session_id)
+        known, self._known_transcript = self._known_transcript, None
+        if known is not None:
+            self._transcript = list(known)
+        else:
+            self._transcript = await self._store.session_messages(self._run.session_id)
         self.next_position = self._transcript[-1].position + 1 if self._transcript else 0
 
     def _remember(self, message: Message) -> None:

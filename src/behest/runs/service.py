@@ -92,7 +92,7 @@ class RunService:
             raise InvalidArgument("; ".join(problems))
         if config.provider:
             self._executor.check_model(config.provider, config.model)
-        await self._store.put_compaction_config(config)
+        await self._executor.compaction_settings.put(config)
 
     async def circuit_breaker(self) -> tuple[CircuitBreakerState, bool]:
         """The stored breaker, and whether it is open now (its cool-down counted)."""

@@ -1,0 +1,44 @@
+"""The stored compaction settings as runs see them: read at most once a second.
+
+Every run reads them when it starts; a burst of new runs should not each pay a read. This
+node's updates apply at once; another replica's within `TTL_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from behest.domain.compaction import CompactionConfig
+from behest.store.base import Store
+
+TTL_S = 1.0
+
+
+class CompactionSettings:
+    def __init__(self, store: Store, *, ttl_s: float = TTL_S) -> None:
+        self._store = store
+        self._ttl_s = ttl_s
+        self._value: CompactionConfig | None = None
+        self._read_at = 0.0
+        self._reading: asyncio.Future[CompactionConfig] | None = None
+
+    async def get(self) -> CompactionConfig:
+        if self._value is not None and time.monotonic() - self._read_at < self._ttl_s:
+            return self._value
+        if self._reading is None:
+            # One read for every run that starts meanwhile.
+            self._reading = asyncio.ensure_future(self._read())
+        return await asyncio.shield(self._reading)
+
+    async def put(self, config: CompactionConfig) -> None:
+        await self._store.put_compaction_config(config)
+        self._value, self._read_at = config, time.monotonic()
+
+    async def _read(self) -> CompactionConfig:
+        try:
+            value = await self._store.get_compaction_config()
+            self._value, self._read_at = value, time.monotonic()
+            return value
+        finally:
+            self._reading = None
