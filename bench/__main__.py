@@ -9,7 +9,6 @@ Exits 1 if an item could not be measured; a missed target is reported, not an er
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -24,7 +23,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from behest import event_loop
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from behest.config import Settings
 from bench import children, items
 from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
@@ -42,6 +43,7 @@ NAMES = {
 }
 # Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
 NEEDS_FLOORS = {"2", "3", "4", "7"}
+USE_UVLOOP = Settings.load().use_uvloop
 POSTGRES_ENV = ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL")
 
 
@@ -382,6 +384,9 @@ def machine() -> dict[str, Any]:
         "protobuf": version("protobuf"),
         "sqlalchemy": version("sqlalchemy"),
         "behest": version("behest"),
+        "event_loop": "uvloop"
+        if event_loop.loop_factory(Settings.load().use_uvloop)
+        else "asyncio",
     }
 
 
@@ -422,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     suite = Suite(sizes=sizes, only=args.only, postgres_url=args.postgres_url)
     began = time.perf_counter()
-    asyncio.run(run(suite))
+    # Clients on the servers' event loop (uvloop unless BEHEST_USE_UVLOOP=false).
+    event_loop.run(run(suite), use_uvloop=USE_UVLOOP)
     seconds = time.perf_counter() - began
     info = machine()
     report = {
@@ -442,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(
         f"\nbehest bench ({report['mode']}), {report['started_at']}: {info['cpus']} CPUs, "
-        f"Python {info['python']}, grpcio {info['grpcio']}"
+        f"Python {info['python']}, grpcio {info['grpcio']}, {info['event_loop']}"
     )
     print(table(suite.rows))
     if suite.errors:

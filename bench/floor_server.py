@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from behest import event_loop
+from behest.config import Settings
 from bench._floor import floor_pb2, floor_pb2_grpc
 
 
@@ -47,7 +49,8 @@ async def serve(listen: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(json.dumps({"msg": "floor serving", "port": port}), file=sys.stderr, flush=True)
+    ready = {"msg": "floor serving", "port": port, "event_loop": event_loop.name()}
+    print(json.dumps(ready), file=sys.stderr, flush=True)
     await stop.wait()
     await server.stop(0)
 
@@ -55,7 +58,8 @@ async def serve(listen: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.floor_server")
     parser.add_argument("--listen", default="127.0.0.1:0")
-    asyncio.run(serve(parser.parse_args().listen))
+    # The same event loop as the behest servers it is compared with (BEHEST_USE_UVLOOP).
+    event_loop.run(serve(parser.parse_args().listen), use_uvloop=Settings.load().use_uvloop)
 
 
 if __name__ == "__main__":

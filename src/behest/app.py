@@ -10,7 +10,7 @@ import asyncio
 import logging
 import signal
 
-from behest import logs, telemetry
+from behest import event_loop, logs, telemetry
 from behest.api.requests import RequestLimits
 from behest.api.server import ApiServer
 from behest.config import Settings
@@ -104,6 +104,7 @@ class App:
             extra={
                 "listen": self.settings.listen,
                 "port": self.port,
+                "event_loop": event_loop.name(),
                 "tools": self.tools.names(),
                 "mcp_servers": self.mcp.status(),
             },
@@ -129,7 +130,7 @@ class App:
 def serve(settings: Settings) -> None:
     """Run the server until SIGTERM or SIGINT, then shut down gracefully."""
     logs.setup(settings.log_level, settings.log_format)
-    asyncio.run(_serve(settings))
+    event_loop.run(_serve(settings), use_uvloop=settings.use_uvloop)
 
 
 async def _serve(settings: Settings) -> None:

@@ -35,6 +35,8 @@ class Settings:
     # Text deltas that arrive while the run's previous one is being committed join into one
     # TextDelta event (same text); off: one event per model delta.
     coalesce_text_deltas: bool = True
+    # Serve on uvloop when it is installed (it is a dependency on Linux and macOS).
+    use_uvloop: bool = True
     # Request bounds (bytes of UTF-8).
     max_input_bytes: int = 256 * 1024
     max_metadata_bytes: int = 16 * 1024

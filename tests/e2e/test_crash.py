@@ -21,9 +21,14 @@ TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
 
 
 @asynccontextmanager
-async def server_process(data_dir: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """`behest serve` in a child process on an ephemeral port; yields (process, address)."""
-    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0"}
+async def server_process(
+    data_dir: Path, serving: dict[str, object] | None = None, **settings: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """`behest serve` in a child process on an ephemeral port; yields (process, address).
+
+    `settings`: extra BEHEST_* variables; `serving` receives the "behest serving" log entry.
+    """
+    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0", **settings}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -45,6 +50,8 @@ async def server_process(data_dir: Path) -> AsyncIterator[tuple[asyncio.subproce
             entry = json.loads(line) if line.startswith(b"{") else {}
             if entry.get("msg") == "behest serving":
                 port = entry["port"]
+                if serving is not None:
+                    serving.update(entry)
     drain = asyncio.create_task(process.stderr.read())
     try:
         yield process, f"127.0.0.1:{port}"

@@ -150,3 +150,17 @@ async def test_cli_watch_resumes_after_a_sequence(server: Server) -> None:
     shown = out.decode()
     assert "later" in shown
     assert "watch " not in shown  # deltas 1..4 (RunStarted … first word) are not replayed
+
+
+async def test_the_server_runs_on_uvloop_unless_switched_off(tmp_path: Path) -> None:
+    for setting, expected in (("true", "uvloop"), ("false", "asyncio")):
+        serving: dict[str, object] = {}
+        async with server_process(tmp_path / setting, serving, BEHEST_USE_UVLOOP=setting) as (
+            _,
+            address,
+        ):
+            async with grpc.aio.insecure_channel(address) as channel:
+                stub = rpc.RunServiceStub(channel)
+                events = await collect(stub.CreateRunStream(create_request("on which loop")))
+        assert serving["event_loop"] == expected
+        assert kind(events[-1]) == "run_completed"
