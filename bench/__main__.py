@@ -113,6 +113,7 @@ async def run_floors(suite: Suite) -> None:
     if "error" in result:
         return
     s = suite.sizes
+    starts = f"{s.many_runs} streams of {s.many_runs_deltas} started at once"
     suite.rows += [
         Row("1", "floor: one stream", result["one_stream_msgs_per_s"], "msg/s"),
         Row(
@@ -122,6 +123,8 @@ async def run_floors(suite: Suite) -> None:
             "msg/s",
         ),
         Row("1", "floor: unary round trip, median", result["unary_rtt_median_ms"], "ms"),
+        Row("1", f"floor: {starts}, first message p50", result["first_message_p50_ms"], "ms"),
+        Row("1", f"floor: {starts}, first message p99", result["first_message_p99_ms"], "ms"),
     ]
 
 

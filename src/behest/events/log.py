@@ -103,7 +103,14 @@ class EventLog:
         recent = self._recent.get(run_id)
         if recent is None or not recent or recent[0].sequence > after + 1:
             return None
-        return [e for e in recent if e.sequence > after] if recent[-1].sequence > after else []
+        # From the newest end: a reader that keeps up costs what it reads, not the whole tail.
+        newer = []
+        for event in reversed(recent):
+            if event.sequence <= after:
+                break
+            newer.append(event)
+        newer.reverse()
+        return newer
 
     # --- the writer -------------------------------------------------------------------
 
