@@ -112,6 +112,13 @@ class EventLog:
         newer.reverse()
         return newer
 
+    def known_end(self, run_id: str) -> tuple[bool, int] | None:
+        """From memory: (whether its terminal event was published here, its last sequence)."""
+        recent = self._recent.get(run_id)
+        if not recent:
+            return None
+        return recent[-1].is_terminal, recent[-1].sequence
+
     # --- the writer -------------------------------------------------------------------
 
     async def _run(self) -> None:

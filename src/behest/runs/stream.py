@@ -26,7 +26,7 @@ async def follow(
 
     `known`: the caller has just created the run, so it need not be looked up first.
     """
-    if not known and await _ended_at(store, run_id, after):
+    if not known and await _ended_at(store, event_log, run_id, after):
         return
     last = after
     while True:
@@ -45,18 +45,27 @@ async def follow(
             continue
         if not events and not await event_log.notifier.wait(ticket, POLL_S):
             # Quiet for a while: the run may have ended in another process.
-            if await _ended_at(store, run_id, last):
+            if await _ended_at(store, event_log, run_id, last):
                 return
 
 
-async def _ended_at(store: Store, run_id: str, cursor: int) -> bool:
-    """True if the run has ended and nothing is left after `cursor`; raises for a bad cursor."""
-    run = await store.get_run(run_id)
-    if run is None:
-        raise NotFound(f"run {run_id} not found")
-    if not run.status.is_terminal:
-        return False
-    end = await store.last_sequence(run_id)
+async def _ended_at(store: Store, event_log: EventLog, run_id: str, cursor: int) -> bool:
+    """True if the run has ended and nothing is left after `cursor`; raises for a bad cursor.
+
+    A run this process saw end lately is answered from memory (a reconnecting crowd of
+    watchers costs no reads); a live one is asked of the store, since another replica may
+    have taken it over and ended it.
+    """
+    known = event_log.known_end(run_id)
+    if known is not None and known[0]:
+        end = known[1]
+    else:
+        run = await store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        if not run.status.is_terminal:
+            return False
+        end = await store.last_sequence(run_id)
     if cursor > end:
         raise OutOfRange(
             f"last_event_id {cursor} is beyond the last event ({end}) of run {run_id}, "
