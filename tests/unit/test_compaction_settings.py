@@ -47,3 +47,15 @@ async def test_an_update_here_applies_at_once_and_another_replicas_after_the_ttl
     assert (await there.get()).keep_tokens == 8_000  # read less than a TTL ago
     await asyncio.sleep(0.25)
     assert (await there.get()).keep_tokens == 4_000
+
+
+async def test_a_cancelled_reader_leaves_the_others_to_read() -> None:
+    store = SharedStore()
+    cached = settings(store, ttl_s=60)
+    first = asyncio.create_task(cached.get())
+    await asyncio.sleep(0)  # first is reading
+    others = [asyncio.create_task(cached.get()) for _ in range(3)]
+    await asyncio.sleep(0)
+    first.cancel()
+    assert await asyncio.gather(*others) == [CompactionConfig()] * 3
+    assert store.reads == 2

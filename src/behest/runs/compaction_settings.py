@@ -21,24 +21,28 @@ class CompactionSettings:
         self._ttl_s = ttl_s
         self._value: CompactionConfig | None = None
         self._read_at = 0.0
-        self._reading: asyncio.Future[CompactionConfig] | None = None
+        self._reading: asyncio.Future[None] | None = None
 
     async def get(self) -> CompactionConfig:
-        if self._value is not None and time.monotonic() - self._read_at < self._ttl_s:
-            return self._value
-        if self._reading is None:
-            # One read for every run that starts meanwhile.
-            self._reading = asyncio.ensure_future(self._read())
-        return await asyncio.shield(self._reading)
+        while True:
+            if self._value is not None and time.monotonic() - self._read_at < self._ttl_s:
+                return self._value
+            if self._reading is None:
+                return await self._read()
+            # Another run is reading: wait for it (its outcome, not its exception), look again.
+            await asyncio.wait([self._reading])
 
     async def put(self, config: CompactionConfig) -> None:
         await self._store.put_compaction_config(config)
         self._value, self._read_at = config, time.monotonic()
 
     async def _read(self) -> CompactionConfig:
+        # Read in the caller's task (no task of its own to outlive the server).
+        self._reading = asyncio.get_running_loop().create_future()
         try:
             value = await self._store.get_compaction_config()
             self._value, self._read_at = value, time.monotonic()
             return value
         finally:
-            self._reading = None
+            reading, self._reading = self._reading, None
+            reading.set_result(None)
