@@ -27,15 +27,24 @@ class Writer(Protocol):
         """Run `fn(connection, …)` in one write transaction; commit if it returns."""
         ...
 
+    async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`write` for a transaction of a few rows, where a hop to a thread costs the most."""
+        ...
+
     async def dispose(self) -> None: ...
 
 
 class ThreadWriter:
-    """SQLite's writer: a sync connection used only from its own thread.
+    """SQLite's writer: one sync connection, used by one transaction at a time.
 
     Through aiosqlite every statement, cursor and commit is a round trip between the event
-    loop and the driver's thread (a run's creation took ~30 of them); here the whole
-    transaction is one. Once started, a transaction completes even if its caller is
+    loop and the driver's thread (a run's creation took ~30 of them); here a whole
+    transaction is one, on the writer's own thread. A small one (`write_small`: a run's
+    creation when the server is not busy, a lone step) runs on the event loop itself: its
+    ~0.5 ms costs less than the hop and the wait for the GIL on the way back. The price is
+    that the loop waits while such a commit does, e.g. when it checkpoints the WAL (a few
+    ms), or when another process holds SQLite's write lock (behest expects to be the only
+    writer of its file). Once started, a transaction completes even if its caller is
     cancelled, as a commit already sent would.
     """
 
@@ -52,6 +61,9 @@ class ThreadWriter:
     async def write(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, lambda: self._transaction(fn, args, kwargs))
+
+    async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._transaction(fn, args, kwargs)
 
     def _transaction(self, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
         with self._engine.begin() as conn:
@@ -71,6 +83,9 @@ class AsyncWriter:
     async def write(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         async with self._engine.begin() as conn:
             return await conn.run_sync(fn, *args, **kwargs)
+
+    async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self.write(fn, *args, **kwargs)
 
     async def dispose(self) -> None:
         """The engine is the reader's too; Engines disposes of it."""

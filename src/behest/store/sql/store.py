@@ -37,6 +37,10 @@ from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.writes import TERMINAL, apply_writes, upsert
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# Batches of at most this many rows are written as small transactions (Writer.write_small);
+# a run's creation writes about CREATION_ROWS.
+SMALL_BATCH_ROWS = 16
+CREATION_ROWS = 5
 # Serialises concurrent migrations of several replicas on PostgreSQL.
 MIGRATION_LOCK_KEY = 0x6265_6865_7374
 
@@ -160,6 +164,9 @@ class SqlStore:
         await self.engines.writer.write(apply_writes, writes)
 
     async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
+        rows = sum(CREATION_ROWS if isinstance(item, NewRun) else len(item) for item in items)
+        if rows <= SMALL_BATCH_ROWS:
+            return await self.engines.writer.write_small(_apply_batch, items)
         return await self.engines.writer.write(_apply_batch, items)
 
     # --- reads --------------------------------------------------------------------------
