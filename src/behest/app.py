@@ -16,6 +16,7 @@ from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.events.log import EventLog
 from behest.providers.factory import build_registry
+from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
 from behest.runs.service import RunService
@@ -49,6 +50,8 @@ class App:
         self.providers = build_registry(
             settings.providers, retry=settings.retry_policy, timeout_s=settings.provider_timeout_s
         )
+        # Read by every run's start, updated through the API: one instance for both.
+        compaction_settings = CompactionSettings(self.store)
         self.executor = Executor(
             store=self.store,
             event_log=self.event_log,
@@ -64,11 +67,13 @@ class App:
             node_id=settings.node_id,
             lease_s=settings.run_lease_s,
             resume_runs=settings.resume_runs,
+            compaction_settings=compaction_settings,
         )
         self.runs = RunService(
             store=self.store,
             event_log=self.event_log,
             executor=self.executor,
+            compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
         )
         self.server = ApiServer(

@@ -112,12 +112,10 @@ class EventLog:
         newer.reverse()
         return newer
 
-    def known_end(self, run_id: str) -> tuple[bool, int] | None:
-        """From memory: (whether its terminal event was published here, its last sequence)."""
+    def end_seen(self, run_id: str) -> int | None:
+        """The last sequence of a run whose terminal event was published here lately."""
         recent = self._recent.get(run_id)
-        if not recent:
-            return None
-        return recent[-1].is_terminal, recent[-1].sequence
+        return recent[-1].sequence if recent and recent[-1].is_terminal else None
 
     # --- the writer -------------------------------------------------------------------
 
@@ -168,23 +166,22 @@ class EventLog:
             if isinstance(result, BaseException):
                 _fail(step, result)
                 continue
-            value: CreatedRun | None = None
-            if result is not None:
-                value, writes = result
-                step.events = [w.event for w in writes if isinstance(w, AppendEvent)]
+            if result is not None:  # a creation: (the run, its first step's writes)
+                step.events = [w.event for w in result[1] if isinstance(w, AppendEvent)]
             self._publish(step.events)
             if not step.done.done():
-                step.done.set_result(value)
+                step.done.set_result(result)
 
-    async def create(self, new_run: NewRun) -> CreatedRun:
-        """Create a run (and commit its first step) in the next group commit.
+    async def create(self, new_run: NewRun) -> tuple[CreatedRun, list[Write]]:
+        """Create a run (and commit its first step) in the next group commit; returns the
+        outcome and the first step's writes (none if the run already existed).
 
         Creations go to the front of the queue: a new run has no earlier steps to stay
         behind, and its caller waits for it, while queued deltas wait for no one.
         """
         step = _Step([], [], new_run=new_run)
         await self._enqueue(step, first=True)
-        created: CreatedRun = await asyncio.shield(step.done)
+        created: tuple[CreatedRun, list[Write]] = await asyncio.shield(step.done)
         return created
 
     def _refuse_if_broken(self, step: _Step) -> bool:

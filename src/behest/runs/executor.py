@@ -7,6 +7,7 @@ shutdown (the run is left as it is, resumable from its snapshot) and from a fail
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ class Executor:
         node_id: str = "local",
         lease_s: float = 30.0,
         resume_runs: bool = True,
+        compaction_settings: CompactionSettings,
     ) -> None:
         self._store = store
         self._log = event_log
@@ -96,7 +98,7 @@ class Executor:
         self._lease_s = lease_s
         self._resume_runs = resume_runs
         self._lease_keeper: asyncio.Task[None] | None = None
-        self.compaction_settings = CompactionSettings(store)
+        self._compaction_settings = compaction_settings
 
     async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
         """Create a run (or find the one its client_request_id names) and start it."""
@@ -115,16 +117,7 @@ class Executor:
             attributes={"behest.run_id": run_id},
         )
         ids = span.get_span_context()
-        # What the first step wrote (it runs inside the creating transaction).
-        first_writes: list[Write] = []
-
-        trace_id, span_id = format(ids.trace_id, "032x"), format(ids.span_id, "016x")
-
-        def first(run: Run, position: int) -> list[Write]:
-            first_writes[:] = first_step(run, position, trace_id=trace_id, span_id=span_id)
-            return first_writes
-
-        created = await self._log.create(
+        created, first_writes = await self._log.create(
             NewRun(
                 request=request,
                 run_id=run_id,
@@ -133,7 +126,11 @@ class Executor:
                 traceparent=traceparent_of(span),
                 owner=self._node,
                 lease_until=self._lease_until(),
-                first_step=first,
+                first_step=functools.partial(
+                    first_step,
+                    trace_id=format(ids.trace_id, "032x"),
+                    span_id=format(ids.span_id, "016x"),
+                ),
             )
         )
         if created.created:
@@ -328,7 +325,7 @@ class Executor:
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
         """Compaction as configured when the run starts (later updates apply to later runs)."""
-        config = await self.compaction_settings.get()
+        config = await self._compaction_settings.get()
         return Compactor(
             run=run,
             log=run_log,

@@ -101,8 +101,8 @@ class AgentLoop:
         self._run = run
         self._log = log
         self._store = store
-        self._known_transcript = transcript
-        self._transcript: list[Message] = []
+        self._transcript_known = transcript is not None
+        self._transcript: list[Message] = list(transcript or ())
         self.next_position = 0
         self._provider = provider
         self._compactor = compactor
@@ -282,7 +282,7 @@ class AgentLoop:
         except asyncio.CancelledError:
             text.discard()
             raise
-        except BaseException as exc:
+        except Exception as exc:
             # Even a failed attempt's text is shown whole (a retry's ModelStarted voids it).
             await text.flush()
             if isinstance(exc, TimeoutError):
@@ -414,10 +414,7 @@ class AgentLoop:
             self.next_position += int(compacted.used_position)
 
     async def _load_transcript(self) -> None:
-        known, self._known_transcript = self._known_transcript, None
-        if known is not None:
-            self._transcript = list(known)
-        else:
+        if not self._transcript_known:
             self._transcript = await self._store.session_messages(self._run.session_id)
         self.next_position = self._transcript[-1].position + 1 if self._transcript else 0
 

@@ -12,6 +12,7 @@ from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound
 from behest.events.log import EventLog
+from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
 from behest.store.base import Store
@@ -21,9 +22,16 @@ class RunService:
     """Runs, snapshots and compaction settings, over the executor, the store and the log."""
 
     def __init__(
-        self, *, store: Store, event_log: EventLog, executor: Executor, cooldown_s: float
+        self,
+        *,
+        store: Store,
+        event_log: EventLog,
+        executor: Executor,
+        compaction_settings: CompactionSettings,
+        cooldown_s: float,
     ) -> None:
         self._store = store
+        self._compaction_settings = compaction_settings
         self._cooldown_s = cooldown_s
         self._log = event_log
         self._executor = executor
@@ -92,7 +100,7 @@ class RunService:
             raise InvalidArgument("; ".join(problems))
         if config.provider:
             self._executor.check_model(config.provider, config.model)
-        await self._executor.compaction_settings.put(config)
+        await self._compaction_settings.put(config)
 
     async def circuit_breaker(self) -> tuple[CircuitBreakerState, bool]:
         """The stored breaker, and whether it is open now (its cool-down counted)."""

@@ -56,10 +56,8 @@ async def _ended_at(store: Store, event_log: EventLog, run_id: str, cursor: int)
     watchers costs no reads); a live one is asked of the store, since another replica may
     have taken it over and ended it.
     """
-    known = event_log.known_end(run_id)
-    if known is not None and known[0]:
-        end = known[1]
-    else:
+    end = event_log.end_seen(run_id)
+    if end is None:
         run = await store.get_run(run_id)
         if run is None:
             raise NotFound(f"run {run_id} not found")

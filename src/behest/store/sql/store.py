@@ -285,10 +285,10 @@ def _apply_batch(conn: Connection, items: Sequence[list[Write] | NewRun]) -> lis
 
 
 def _put_compaction_config(conn: Connection, row: dict[str, Any]) -> None:
-    conn.execute(upsert(conn.dialect.name, t.compaction_config, row, key="id"))
+    conn.execute(upsert(conn.dialect.name, t.compaction_config, "id"), row)
     # A new configuration deserves a fresh chance: it closes the breaker.
     breaker = {"id": 1, "consecutive_failures": 0, "opened_at": None}
-    conn.execute(upsert(conn.dialect.name, t.circuit_breaker, breaker, key="id"))
+    conn.execute(upsert(conn.dialect.name, t.circuit_breaker, "id"), breaker)
 
 
 def _record_compaction(
@@ -303,7 +303,7 @@ def _record_compaction(
     # Each failure at or past the threshold (re)opens it: also one after a cool-down.
     opened_at = now if failures >= threshold else None
     values = {"id": 1, "consecutive_failures": failures, "opened_at": opened_at}
-    conn.execute(upsert(conn.dialect.name, breaker, values, key="id"))
+    conn.execute(upsert(conn.dialect.name, breaker, "id"), values)
     return CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
 
 

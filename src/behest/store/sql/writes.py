@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -59,18 +60,6 @@ _END_SESSIONS_RUNS = (
 _DELETE_SNAPSHOTS = sa.delete(t.snapshots).where(
     t.snapshots.c.run_id.in_(sa.bindparam("b_gone", expanding=True))
 )
-
-
-def _upsert_snapshots(dialect: Any) -> Any:
-    insert = dialect.insert(t.snapshots)
-    changed = {c.name: insert.excluded[c.name] for c in t.snapshots.c if c.name != "run_id"}
-    return insert.on_conflict_do_update(index_elements=["run_id"], set_=changed)
-
-
-_UPSERT_SNAPSHOTS = {
-    "postgresql": _upsert_snapshots(postgresql),
-    "sqlite": _upsert_snapshots(sqlite),
-}
 
 
 def apply_writes(conn: Connection, writes: list[Write]) -> None:
@@ -144,12 +133,13 @@ def put_snapshots(conn: Connection, snapshots: dict[str, Snapshot | None]) -> No
     if gone:
         conn.execute(_DELETE_SNAPSHOTS, {"b_gone": gone})
     if saved:
-        conn.execute(_UPSERT_SNAPSHOTS[conn.dialect.name], saved)
+        conn.execute(upsert(conn.dialect.name, t.snapshots, "run_id"), saved)
 
 
-def upsert(dialect_name: str, table: sa.Table, row: dict[str, Any], *, key: str) -> Any:
-    """INSERT … ON CONFLICT (key) DO UPDATE, for either backend."""
-    dialect = postgresql if dialect_name == "postgresql" else sqlite
-    insert = dialect.insert(table).values(**row)
-    changed = {name: value for name, value in row.items() if name != key}
+@functools.cache
+def upsert(dialect_name: str, table: sa.Table, key: str) -> Any:
+    """INSERT … ON CONFLICT (key) DO UPDATE of every other column, for either backend; built
+    once per table. Rows given to it name every column."""
+    insert = (postgresql if dialect_name == "postgresql" else sqlite).insert(table)
+    changed = {c.name: insert.excluded[c.name] for c in table.c if c.name != key}
     return insert.on_conflict_do_update(index_elements=[key], set_=changed)
