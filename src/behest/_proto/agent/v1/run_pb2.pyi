@@ -891,16 +891,21 @@ Global___CancelRunRequest: _TypeAlias = CancelRunRequest  # noqa: Y015
 
 @_typing.final
 class CancelRunResponse(_message.Message):
-    """Cancel run response."""
+    """Cancel run response: sent once the run's end is durable, and only if it ended cancelled."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    STATUS_FIELD_NUMBER: _builtins.int
+    status: _common_pb2.RunStatus.ValueType
+    """Added in behest 0.5. The run's status once the cancel was carried out (CANCELLED)."""
     def __init__(
         self,
+        *,
+        status: _common_pb2.RunStatus.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

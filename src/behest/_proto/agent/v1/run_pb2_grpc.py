@@ -112,7 +112,8 @@ class RunServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelRun(self, request, context):
-        """Cancels an active run; it ends with RunCancelled.
+        """Cancels an active run; it ends with RunCancelled. Answers once that end is durable; a run
+        that ended otherwise first is FAILED_PRECONDITION, naming how it ended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -44,7 +44,9 @@ class RunServiceStub:
     GetRunOutput: _grpc.UnaryUnaryMultiCallable[_run_pb2.GetRunOutputRequest, _run_pb2.GetRunOutputResponse]
     """Returns what a finished run produced."""
     CancelRun: _grpc.UnaryUnaryMultiCallable[_run_pb2.CancelRunRequest, _run_pb2.CancelRunResponse]
-    """Cancels an active run; it ends with RunCancelled."""
+    """Cancels an active run; it ends with RunCancelled. Answers once that end is durable; a run
+    that ended otherwise first is FAILED_PRECONDITION, naming how it ended.
+    """
     WatchRunEvents: _grpc.UnaryStreamMultiCallable[_run_pb2.WatchRunEventsRequest, _run_pb2.AgentEvent]
     """Streams a run's events after last_event_id: stored ones first, then live."""
 
@@ -64,7 +66,9 @@ class RunServiceAsyncStub(RunServiceStub):
     GetRunOutput: _aio.UnaryUnaryMultiCallable[_run_pb2.GetRunOutputRequest, _run_pb2.GetRunOutputResponse]  # type: ignore[assignment]
     """Returns what a finished run produced."""
     CancelRun: _aio.UnaryUnaryMultiCallable[_run_pb2.CancelRunRequest, _run_pb2.CancelRunResponse]  # type: ignore[assignment]
-    """Cancels an active run; it ends with RunCancelled."""
+    """Cancels an active run; it ends with RunCancelled. Answers once that end is durable; a run
+    that ended otherwise first is FAILED_PRECONDITION, naming how it ended.
+    """
     WatchRunEvents: _aio.UnaryStreamMultiCallable[_run_pb2.WatchRunEventsRequest, _run_pb2.AgentEvent]  # type: ignore[assignment]
     """Streams a run's events after last_event_id: stored ones first, then live."""
 
@@ -117,7 +121,9 @@ class RunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _run_pb2.CancelRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_run_pb2.CancelRunResponse, _abc.Awaitable[_run_pb2.CancelRunResponse]]:
-        """Cancels an active run; it ends with RunCancelled."""
+        """Cancels an active run; it ends with RunCancelled. Answers once that end is durable; a run
+        that ended otherwise first is FAILED_PRECONDITION, naming how it ended.
+        """
 
     @_abc_1.abstractmethod
     def WatchRunEvents(
