@@ -9,6 +9,7 @@ BehestError
 ├── OutOfRange               cursor past the end of a finished run
 ├── ResourceExhausted        a configured limit is reached
 ├── Unavailable              the server is shutting down
+├── DeadlineExceeded         an answer behest waits for did not come in time
 └── ProviderError            a model provider failed (carried into RunFailed)
     ├── TransientProviderError   retried: 429, 5xx, timeouts, resets
     ├── ContextOverflowError     the context did not fit the model
@@ -54,6 +55,10 @@ class Unavailable(BehestError):
     pass
 
 
+class DeadlineExceeded(BehestError):
+    pass
+
+
 class ProviderError(BehestError):
     """A model call failed; `provider` names the provider."""
 
@@ -76,3 +81,33 @@ class ContextOverflowError(ProviderError):
 
 class PermanentProviderError(ProviderError):
     pass
+
+
+def describe(exc: BaseException) -> str:
+    """One line of plain words for an exception from outside behest's tree: its message,
+    never its class name (clients and models read this; the log keeps the traceback)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe(e) for e in exc.exceptions)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    if isinstance(exc, KeyError) and exc.args:
+        return f"missing key {exc.args[0]!r}"
+    text = " ".join(str(exc).split())
+    if text:
+        return text
+    for kind, words in _PLAIN_WORDS:
+        if isinstance(exc, kind):
+            return words
+    return "an unexpected failure (no detail given)"
+
+
+_PLAIN_WORDS: tuple[tuple[type[BaseException], str], ...] = (
+    (TimeoutError, "timed out"),
+    (ConnectionError, "the connection failed"),
+    (EOFError, "the connection closed early"),
+    (RecursionError, "the data is nested too deep"),
+    (MemoryError, "out of memory"),
+)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,6 +23,13 @@ def setup() -> None:
 
 def tracer() -> trace.Tracer:
     return trace.get_tracer("behest")
+
+
+def traceparent_in(metadata: Iterable[tuple[str, str | bytes]]) -> str:
+    """The `traceparent` of request metadata: "" if none, or more than one (W3C trace
+    context: several traceparent headers are invalid, so a new trace starts)."""
+    sent = [value for key, value in metadata if key == "traceparent"]
+    return sent[0] if len(sent) == 1 and isinstance(sent[0], str) else ""
 
 
 def context_from_traceparent(traceparent: str) -> otel_context.Context | None:

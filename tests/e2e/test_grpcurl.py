@@ -491,7 +491,7 @@ async def test_cancel_of_a_live_run_ends_it_with_run_cancelled(recipes: Recipes)
 
     result = await recipes.run("agent.v1.RunService/CancelRun", run_id=run_id)
     assert result.code == 0, result.stderr
-    assert result.json() == {}
+    assert result.json() == {"status": "RUN_STATUS_CANCELLED"}
     events = await asyncio.wait_for(watch, TIMEOUT_S)
     assert kind(events[-1]) == "run_cancelled"
     assert [kind(e) for e in events].count("run_cancelled") == 1

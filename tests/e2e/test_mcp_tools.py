@@ -186,9 +186,9 @@ async def test_servers_that_fail_to_start_give_no_tools_and_are_logged(
     assert await call(source, "echo__add", a=1, b=2) == ToolResult("3")
     status = source.status()
     assert status["echo"] == "connected"
-    assert status["missing"].startswith("failed: FileNotFoundError")
+    assert status["missing"] == "failed: No such file or directory: /nonexistent/behest-mcp-server"
     assert status["quits"].startswith("failed: the server closed the connection")
-    assert status["refused"].startswith("failed: ConnectError")
+    assert status["refused"] == "failed: All connection attempts failed"
     errors = mcp_errors(caplog)
     for name in ("missing", "quits", "refused"):
         (message,) = [m for m in errors if f"MCP server {name!r}" in m]

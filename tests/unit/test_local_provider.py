@@ -228,7 +228,13 @@ async def test_constructor_delay_applies_and_step_delay_overrides_it() -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("not json at all", "not JSON"),
+        ("not json at all", "the input is not valid JSON"),
+        ("[" * 1000 + "]" * 1000, "the input is nested 1000 levels deep; the limit is 64"),
+        ('{"steps": [{"delay_ms": 1e309}]}', r"the input holds a number too large"),
+        ('{"steps": [{"delay_ms": NaN}]}', r"NaN is not a JSON number"),
+        ('{"steps": [{"delay_ms": 600001}]}', r"delay_ms must be a number from 0 to 600000"),
+        ('{"steps": [{"retry_after_s": 86401}]}', r"retry_after_s must be a number from 0"),
+        ('{"steps": [{"deltas": 1000001}]}', r"deltas must be an integer from 0 to 1000000"),
         ('["steps"]', 'no "steps" list'),
         ('{"steps": 3}', 'no "steps" list'),
         ('{"steps": [1]}', r"steps\[0\] is not an object"),

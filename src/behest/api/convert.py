@@ -20,7 +20,7 @@ def _finish_reason(value: FinishReason) -> pb_common.FinishReason.ValueType:
     return cast(pb_common.FinishReason.ValueType, int(value))
 
 
-def _status(value: RunStatus) -> pb_common.RunStatus.ValueType:
+def run_status(value: RunStatus) -> pb_common.RunStatus.ValueType:
     return cast(pb_common.RunStatus.ValueType, int(value))
 
 
@@ -133,7 +133,7 @@ def run_record(run: Run) -> pb.RunRecord:
     return pb.RunRecord(
         id=run.id,
         session_id=run.session_id,
-        status=_status(run.status),
+        status=run_status(run.status),
         provider=pb_common.ProviderId(value=run.provider),
         model=pb_common.ModelName(value=run.model),
         metadata=run.metadata,
@@ -178,7 +178,7 @@ def snapshot(value: Snapshot) -> pb.SnapshotInfo:
     return pb.SnapshotInfo(
         run_id=value.run_id,
         session_id=value.session_id,
-        status=_status(value.status),
+        status=run_status(value.status),
         iteration=value.iteration,
         total_usage=usage(value.usage),
         timestamp=timestamp(value.updated_at),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,12 @@ from google.protobuf.message import DecodeError
 
 from behest.api.status import status_of
 from behest.errors import BehestError
-from behest.telemetry import current_trace_ids
+from behest.telemetry import (
+    context_from_traceparent,
+    current_trace_ids,
+    traceparent_in,
+    tracer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +131,10 @@ async def _reject_undecodable(request: Any, context: grpc.aio.ServicerContext) -
 
 
 async def _abort_internal(context: grpc.aio.ServicerContext) -> None:
-    trace_id, _ = current_trace_ids()
-    log.exception("unexpected error in RPC", extra={"trace_id": trace_id})
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (trace id {trace_id or 'none'})")
+    """INTERNAL with the id of a trace that holds the error (the client's, if it sent one)."""
+    parent = context_from_traceparent(traceparent_in(context.invocation_metadata() or ()))
+    with tracer().start_as_current_span("behest.rpc.error", context=parent) as span:
+        span.record_exception(sys.exc_info()[1] or RuntimeError("unknown"))
+        trace_id, _ = current_trace_ids()
+        log.exception("unexpected error in RPC", extra={"trace_id": trace_id})
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (trace id {trace_id})")

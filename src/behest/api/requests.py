@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 
+from behest import bounded_json
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
 from behest.errors import InvalidArgument
@@ -50,9 +50,9 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunReque
     _bounded(request.client_request_id, "client_request_id", limits.max_request_id_bytes)
     if request.metadata:
         try:
-            parsed = json.loads(request.metadata)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"metadata must be a JSON object: {exc}") from None
+            parsed = bounded_json.parse(request.metadata, max_bytes=limits.max_metadata_bytes)
+        except bounded_json.JsonRefused as exc:
+            raise InvalidArgument(f"metadata must be a JSON object; it {exc}") from None
         if not isinstance(parsed, dict):
             raise InvalidArgument("metadata must be a JSON object (or empty)")
     _bounded(request.instructions, "instructions", limits.max_input_bytes)

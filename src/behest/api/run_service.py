@@ -10,14 +10,12 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.requests import RequestLimits, run_query, run_request, uuid_field
 from behest.runs.service import RunService
+from behest.telemetry import traceparent_in
 
 
 def traceparent(context: grpc.aio.ServicerContext) -> str:
-    """The W3C traceparent the client sent in metadata, if any."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "traceparent" and isinstance(value, str):
-            return value
-    return ""
+    """The W3C traceparent the client sent in metadata, if exactly one."""
+    return traceparent_in(context.invocation_metadata() or ())
 
 
 class RunServicer:
@@ -73,5 +71,5 @@ class RunServicer:
     async def CancelRun(
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelRunResponse:
-        await self._runs.cancel(uuid_field(request.run_id, "run_id"))
-        return pb.CancelRunResponse()
+        status = await self._runs.cancel(uuid_field(request.run_id, "run_id"))
+        return pb.CancelRunResponse(status=convert.run_status(status))

@@ -15,6 +15,7 @@ STATUS_BY_ERROR: dict[type[errors.BehestError], grpc.StatusCode] = {
     errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.ContextOverflowError: grpc.StatusCode.FAILED_PRECONDITION,
     errors.PermanentProviderError: grpc.StatusCode.FAILED_PRECONDITION,
     errors.TransientProviderError: grpc.StatusCode.UNAVAILABLE,

@@ -47,6 +47,7 @@ from typing import Any
 import anthropic
 import httpx2
 
+from behest import bounded_json
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
@@ -54,6 +55,7 @@ from behest.errors import (
     PermanentProviderError,
     ProviderError,
     TransientProviderError,
+    describe,
 )
 from behest.providers.base import (
     Delta,
@@ -153,7 +155,7 @@ class AnthropicProvider:
         except httpx2.TimeoutException as exc:
             raise TransientProviderError(self.name, "stream timed out") from exc
         except httpx2.RequestError as exc:
-            cause = self._brief(str(exc)) or type(exc).__name__
+            cause = self._brief(describe(exc))
             raise TransientProviderError(self.name, f"stream cut: {cause}") from exc
         except json.JSONDecodeError as exc:
             raise TransientProviderError(self.name, "malformed stream event") from exc
@@ -386,8 +388,8 @@ def tool_input(arguments: str) -> dict[str, Any]:
     if not arguments.strip():
         return {}
     try:
-        value = json.loads(arguments)
-    except ValueError:
+        value = bounded_json.parse(arguments)
+    except bounded_json.JsonRefused:
         return {"_raw_arguments": arguments}
     return value if isinstance(value, dict) else {"_raw_arguments": arguments}
 

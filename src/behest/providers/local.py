@@ -9,12 +9,14 @@ run's N-th model call (retries count, so an error step followed by a text step e
 retry); once the steps run out it answers "done". A step's fields, all optional:
 
     text          str     streamed one word per chunk
-    deltas        int     then that many chunks "w1 ", "w2 ", … (long runs, small input)
+    deltas        int     then that many chunks "w1 ", "w2 ", … (long runs, small input);
+                          at most 1,000,000
     tool_calls    list    {"name": str, "arguments": object or JSON text}; ids "call_<N>_<i>"
-    delay_ms      number  pause before each delta (and before an error); cancellable
+    delay_ms      number  pause before each delta (and before an error); cancellable;
+                          at most 600,000 (ten minutes)
     error         str     rate_limited | unavailable | context_overflow | bad_request,
                           raised before any output of the step
-    retry_after_s number  the Retry-After hint of a rate_limited error
+    retry_after_s number  the Retry-After hint of a rate_limited error; at most 86,400
     finish        str     stop | length | tool_calls; default tool_calls if the step has
                           tool calls, else stop
     say           str     answer with what the model was given, so tests can see it:
@@ -35,6 +37,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
+from behest import bounded_json
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
@@ -53,6 +56,11 @@ from behest.providers.base import (
 )
 
 KNOWN_MODELS = ("echo", "script")
+
+# Bounds of a step's numbers (a script is client input).
+MAX_DELTAS = 1_000_000
+MAX_DELAY_MS = 600_000
+MAX_RETRY_AFTER_S = 86_400
 
 # Small enough that every tool call streams as several fragments, as real providers do.
 ARGUMENT_FRAGMENT_CHARS = 8
@@ -188,9 +196,9 @@ def split_words(text: str) -> list[str]:
 def parse_script(text: str) -> list[ScriptStep]:
     """Parse and validate a whole script, so a typo fails on the first call, not the Nth."""
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise _script_error(f"input is not JSON ({exc})") from None
+        data = bounded_json.parse(text)
+    except bounded_json.JsonRefused as exc:
+        raise _script_error(f"the input {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
         raise _script_error('input has no "steps" list')
     return [_parse_step(i, raw) for i, raw in enumerate(data["steps"], start=1)]
@@ -214,14 +222,14 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
         raise _script_error(f"{where}.say must be one of {', '.join(_SAYINGS)}")
     if not isinstance(text, str):
         raise _script_error(f"{where}.text must be a string")
-    if not _is_int(deltas) or deltas < 0:
-        raise _script_error(f"{where}.deltas must be a non-negative integer")
-    if delay_ms is not None and (not _is_number(delay_ms) or delay_ms < 0):
-        raise _script_error(f"{where}.delay_ms must be a non-negative number")
+    if not _is_int(deltas) or not 0 <= deltas <= MAX_DELTAS:
+        raise _script_error(f"{where}.deltas must be an integer from 0 to {MAX_DELTAS}")
+    if delay_ms is not None and not _within(delay_ms, MAX_DELAY_MS):
+        raise _script_error(f"{where}.delay_ms must be a number from 0 to {MAX_DELAY_MS}")
     if error and error not in _ERRORS:
         raise _script_error(f"{where}.error must be one of {', '.join(_ERRORS)}")
-    if retry_after is not None and (not _is_number(retry_after) or retry_after < 0):
-        raise _script_error(f"{where}.retry_after_s must be a non-negative number")
+    if retry_after is not None and not _within(retry_after, MAX_RETRY_AFTER_S):
+        raise _script_error(f"{where}.retry_after_s must be a number from 0 to {MAX_RETRY_AFTER_S}")
     if finish is not None and finish not in _FINISH:
         raise _script_error(f"{where}.finish must be one of {', '.join(_FINISH)}")
     return ScriptStep(
@@ -259,8 +267,9 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _within(value: object, maximum: float) -> bool:
+    """A number (not a bool) from 0 to `maximum`; NaN and infinities are not."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= maximum
 
 
 def _last_user_text(messages: list[Message]) -> str:

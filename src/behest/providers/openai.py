@@ -30,6 +30,7 @@ from behest.errors import (
     PermanentProviderError,
     ProviderError,
     TransientProviderError,
+    describe,
 )
 from behest.providers.base import (
     Delta,
@@ -118,7 +119,7 @@ class OpenAIProvider:
             case openai.APIConnectionError():
                 what = "stream cut off" if receiving else "connection failed"
                 cause = exc.__cause__
-                detail = f": {type(cause).__name__}: {cause}" if cause is not None else ""
+                detail = f": {describe(cause)}" if cause is not None else ""
                 return TransientProviderError(self.name, self._clean(f"{what}{detail}"))
             case openai.APIError():
                 # An error event inside a 200 stream ({"error": {...}}): the server gave up.
@@ -126,7 +127,7 @@ class OpenAIProvider:
                 if _is_overflow(exc.code, exc.type, message):
                     return ContextOverflowError(self.name, f"context window exceeded: {message}")
                 return TransientProviderError(self.name, f"error in the stream: {message}")
-        return PermanentProviderError(self.name, self._clean(f"{type(exc).__name__}: {exc}"))
+        return PermanentProviderError(self.name, self._clean(f"client error: {describe(exc)}"))
 
     def _status_error(self, exc: openai.APIStatusError) -> ProviderError:
         status = exc.status_code

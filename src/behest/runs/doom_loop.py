@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from behest import bounded_json
 from behest.domain.messages import ToolCall
 
 REPEATS = 3
@@ -17,8 +18,8 @@ CYCLE_LENGTHS = (1, 2, 3, 4)
 def fingerprint(call: ToolCall) -> str:
     """The call's tool name and arguments, with object keys sorted."""
     try:
-        arguments = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
-    except json.JSONDecodeError:
+        arguments = json.dumps(bounded_json.parse(call.arguments or "{}"), sort_keys=True)
+    except bounded_json.JsonRefused:
         arguments = call.arguments
     return f"{call.name}({arguments})"
 

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from opentelemetry import trace
@@ -28,7 +28,9 @@ from behest.domain.runs import (
 )
 from behest.domain.snapshots import Snapshot
 from behest.errors import (
+    Aborted,
     BehestError,
+    DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -57,7 +59,10 @@ from behest.tools.registry import ToolRegistry
 log = logging.getLogger(__name__)
 
 DEFAULT_IDENTITY = "default"
-CANCEL_WAIT_S = 5.0
+# How long CancelRun waits for the run's end to be durable before saying it is not yet.
+CANCEL_WAIT_S = 10.0
+# Times CancelRun starts over when the run changed hands while it waited (a lost claim).
+_CANCEL_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,27 @@ class _Terminal:
     status: RunStatus
     finish_reason: FinishReason = FinishReason.UNSPECIFIED
     error: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class _Owned:
+    """A run this process executes, or is about to (its creation or claim is in flight).
+
+    `decided` is set the moment the run's end is chosen, with no await in between, so a
+    cancel either comes first (and the end is RunCancelled) or finds the end decided.
+    """
+
+    task: asyncio.Task[None] | None = None
+    started: bool = False  # the task's body runs, so a task.cancel() reaches its handler
+    cancel_requested: bool = False
+    decided: RunStatus | None = None
+    final: RunStatus | None = None  # the terminal status, once durable
+    problem: str = ""  # why the run left this process without a durable end
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def finish(self, final: RunStatus | None, problem: str = "") -> None:
+        self.final, self.problem = final, problem
+        self.ended.set()
 
 
 class Executor:
@@ -91,8 +117,7 @@ class Executor:
         self._tools = tools
         self._limits = limits
         self._max_runs = max_concurrent_runs
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._cancel_requested: set[str] = set()
+        self._runs: dict[str, _Owned] = {}
         self._accepting = True
         self._node = node_id
         self._lease_s = lease_s
@@ -101,12 +126,19 @@ class Executor:
         self._compaction_settings = compaction_settings
 
     async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
-        """Create a run (or find the one its client_request_id names) and start it."""
+        """Create a run (or find the one its client_request_id names) and start it.
+
+        A caller that goes away meanwhile does not stop it: a run whose creation commits
+        is started, whoever waits for it.
+        """
+        return await asyncio.shield(self._create_and_start(request, traceparent))
+
+    async def _create_and_start(self, request: RunRequest, traceparent: str) -> CreatedRun:
         self._providers.check(request.provider, request.model)
         self._check_tools(request)
         if not self._accepting:
             raise Unavailable("the server is shutting down and takes no new runs")
-        if len(self._tasks) >= self._max_runs:
+        if len(self._runs) >= self._max_runs:
             raise ResourceExhausted(
                 f"too many active runs ({self._max_runs}); retry when some have finished"
             )
@@ -116,8 +148,35 @@ class Executor:
             context=context_from_traceparent(traceparent),
             attributes={"behest.run_id": run_id},
         )
+        # Reserved before the creation commits: a CancelRun that reads the new run before its
+        # task starts finds it here, and the task starts by cancelling.
+        handle = self._runs[run_id] = _Owned()
+        try:
+            created, first_writes = await self._create(request, run_id, span, traceparent)
+        except BaseException:
+            self._release(run_id, handle)
+            span.end()
+            raise
+        if created.created:
+            span.set_attribute("behest.session_id", created.run.session_id)
+            snapshot = initial_snapshot(created.run)
+            # A new session holds only this run's input: no need to read it back.
+            known = None
+            if not request.session_id:
+                known = [w.message for w in first_writes if isinstance(w, AppendMessage)]
+            self._start(
+                created.run, handle, span, last_sequence=1, snapshot=snapshot, transcript=known
+            )
+        else:
+            self._release(run_id, handle)
+            span.end()
+        return created
+
+    async def _create(
+        self, request: RunRequest, run_id: str, span: trace.Span, traceparent: str
+    ) -> tuple[CreatedRun, list[Write]]:
         ids = span.get_span_context()
-        created, first_writes = await self._log.create(
+        return await self._log.create(
             NewRun(
                 request=request,
                 run_id=run_id,
@@ -133,17 +192,13 @@ class Executor:
                 ),
             )
         )
-        if created.created:
-            span.set_attribute("behest.session_id", created.run.session_id)
-            snapshot = initial_snapshot(created.run)
-            # A new session holds only this run's input: no need to read it back.
-            known = None
-            if not request.session_id:
-                known = [w.message for w in first_writes if isinstance(w, AppendMessage)]
-            self._start(created.run, span, last_sequence=1, snapshot=snapshot, transcript=known)
-        else:
-            span.end()
-        return created
+
+    def _release(self, run_id: str, handle: _Owned, problem: str = "") -> None:
+        """Forget a run this process reserved but does not execute after all."""
+        if self._runs.get(run_id) is handle:
+            del self._runs[run_id]
+        if not handle.ended.is_set():
+            handle.finish(handle.final, "" if handle.final is not None else problem)
 
     def check_model(self, provider: str, model: str) -> None:
         """Raise InvalidArgument unless the provider is configured and offers the model."""
@@ -166,36 +221,68 @@ class Executor:
                 f"use; got {choice!r}"
             )
 
-    async def cancel(self, run_id: str) -> None:
-        """Cancel an active run; returns once RunCancelled is durable."""
-        run = await self._store.get_run(run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} not found")
-        task = self._tasks.get(run_id)
-        if run.status.is_terminal:
-            raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
-        if task is None:
-            self._check_not_owned_elsewhere(run)
-            await self._end_unowned(run, _Terminal(ev.RunCancelled(), RunStatus.CANCELLED))
-            return
-        self._cancel_requested.add(run_id)
-        task.cancel()
-        await asyncio.wait([task], timeout=CANCEL_WAIT_S)
+    async def cancel(self, run_id: str) -> RunStatus:
+        """Cancel a run; returns CANCELLED once RunCancelled is durable (or was already).
+
+        A run whose end was decided otherwise first (it completed or failed) is
+        FailedPrecondition naming that end; an end not durable within CANCEL_WAIT_S is
+        DeadlineExceeded. Nothing is answered before the run's end is known.
+        """
+        for _ in range(_CANCEL_TRIES):
+            run = await self._store.get_run(run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} not found")
+            handle = self._runs.get(run_id)
+            if handle is None:
+                if run.status.is_terminal:
+                    return _cancelled(run_id, run.status)
+                final = await self._end_unowned(
+                    run, _Terminal(ev.RunCancelled(), RunStatus.CANCELLED)
+                )
+            else:
+                if handle.decided is None and not handle.cancel_requested:
+                    handle.cancel_requested = True
+                    if handle.started and handle.task is not None:
+                        handle.task.cancel()
+                final = await self._wait_end(run_id, handle)
+            if final is not None:
+                return _cancelled(run_id, final)
+            if not self._accepting:
+                raise Unavailable(
+                    f"the server is shutting down: run {run_id} was stopped without an end "
+                    "and resumes at the next start; cancel it then"
+                )
+        raise Aborted(f"run {run_id} changed hands while it was being cancelled; try again")
+
+    async def _wait_end(self, run_id: str, handle: _Owned) -> RunStatus | None:
+        """The run's terminal status once durable; None if it left this process without one."""
+        try:
+            async with asyncio.timeout(CANCEL_WAIT_S):
+                await handle.ended.wait()
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"run {run_id} was asked to stop, but its end was not durable within "
+                f"{CANCEL_WAIT_S:g} s; GetRun or WatchRunEvents tell how it ends"
+            ) from None
+        if handle.final is None and handle.problem:
+            raise Unavailable(f"run {run_id}: {handle.problem}")
+        return handle.final
 
     async def abandon(self, run_id: str) -> None:
         """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""
         run = await self._store.get_run(run_id)
         if run is None:
             raise NotFound(f"run {run_id} not found")
-        if run_id in self._tasks:
+        if run_id in self._runs:
             raise FailedPrecondition(f"run {run_id} is executing; cancel it with CancelRun instead")
         if run.status.is_terminal:
             raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
-        self._check_not_owned_elsewhere(run)
         reason = "abandoned: its snapshot was deleted while the run was interrupted"
-        await self._end_unowned(
+        final = await self._end_unowned(
             run, _Terminal(ev.RunFailed(reason), RunStatus.FAILED, error=reason)
         )
+        if final != RunStatus.FAILED:
+            raise FailedPrecondition(f"run {run_id} ended {final.name if final else 'elsewhere'}")
 
     def _check_not_owned_elsewhere(self, run: Run) -> None:
         live = run.lease_expires_at is not None and run.lease_expires_at > datetime.now(UTC)
@@ -224,24 +311,29 @@ class Executor:
         """Resume unfinished runs whose owner's lease lapsed (and, with `own`, this node's).
 
         This node's own runs are resumed only at start-up: later, a run of ours that is not in
-        `_tasks` may be one whose creation has committed but whose task is not started yet.
+        `_runs` may be one whose creation has committed but whose task is not started yet.
         """
         now = datetime.now(UTC)
         for run in await self._store.unfinished_runs():
             if not self._accepting:
                 return
-            if run.id in self._tasks or (run.owner == self._node and not own):
+            if run.id in self._runs or (run.owner == self._node and not own):
                 continue
             live = run.lease_expires_at is not None and run.lease_expires_at > now
             if run.owner and run.owner != self._node and live:
                 continue
-            claimed = await self._store.claim_run(
-                run.id, owner=self._node, now=now, lease_until=self._lease_until()
-            )
-            if claimed and run.id not in self._tasks:
-                await self._resume(run)
+            handle = self._runs[run.id] = _Owned()
+            try:
+                claimed = await self._store.claim_run(
+                    run.id, owner=self._node, now=now, lease_until=self._lease_until()
+                )
+                if claimed:
+                    await self._resume(run, handle)
+            finally:
+                if handle.task is None:
+                    self._release(run.id, handle)
 
-    async def _resume(self, run: Run) -> None:
+    async def _resume(self, run: Run, handle: _Owned) -> None:
         snapshot = await self._store.get_snapshot(run.id)
         last_sequence = await self._store.last_sequence(run.id)
         span = tracer().start_span(
@@ -253,7 +345,7 @@ class Executor:
             "resuming run",
             extra={"run_id": run.id, "after_sequence": last_sequence, "status": run.status.name},
         )
-        self._start(run, span, last_sequence=last_sequence, snapshot=snapshot)
+        self._start(run, handle, span, last_sequence=last_sequence, snapshot=snapshot)
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self._lease_s)
@@ -269,19 +361,21 @@ class Executor:
             self._lease_keeper.cancel()
             await asyncio.gather(self._lease_keeper, return_exceptions=True)
             self._lease_keeper = None
-        tasks = list(self._tasks.values())
+        tasks = [h.task for h in self._runs.values() if h.task is not None]
         if tasks and grace_s > 0:
             await asyncio.wait(tasks, timeout=grace_s)
-        for task in self._tasks.values():
+        tasks = [h.task for h in self._runs.values() if h.task is not None]
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()), timeout=CANCEL_WAIT_S)
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
 
     # --- one run ----------------------------------------------------------------------
 
     def _start(
         self,
         run: Run,
+        handle: _Owned,
         span: trace.Span,
         *,
         last_sequence: int,
@@ -289,19 +383,21 @@ class Executor:
         transcript: list[Message] | None = None,
     ) -> None:
         run_log = self._log.open_run(run.id, last_sequence=last_sequence)
-        task = asyncio.create_task(
-            self._drive(run, run_log, span, snapshot, transcript), name=f"run-{run.id}"
+        handle.task = asyncio.create_task(
+            self._drive(run, handle, run_log, span, snapshot, transcript), name=f"run-{run.id}"
         )
-        self._tasks[run.id] = task
 
     async def _drive(
         self,
         run: Run,
+        handle: _Owned,
         run_log: RunLog,
         span: trace.Span,
         snapshot: Snapshot | None,
         transcript: list[Message] | None,
     ) -> None:
+        handle.started = True
+        problem = "the server is shutting down; the run stays resumable"
         try:
             with trace.use_span(span, end_on_exit=True):
                 loop = AgentLoop(
@@ -312,16 +408,20 @@ class Executor:
                     provider_config=self._providers.config(run.provider),
                     tools=self._tools,
                     limits=self._limits,
-                    compactor=await self._compactor(run, run_log),
                     transcript=transcript,
                 )
-                terminal = await self._outcome(run, loop, snapshot)
+                terminal = await self._outcome(run, handle, run_log, loop, snapshot)
                 if terminal is None:
                     return  # shutdown: the run stays resumable
-                await self._finish(run, run_log, terminal, loop)
+                try:
+                    await self._finish(run, run_log, terminal, loop)
+                except Exception:
+                    log.exception("run %s: its terminal step could not be written", run.id)
+                    problem = "its end could not be written; it resumes at the next start"
+                    return
+                handle.final = terminal.status
         finally:
-            self._tasks.pop(run.id, None)
-            self._cancel_requested.discard(run.id)
+            self._release(run.id, handle, problem)
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
         """Compaction as configured when the run starts (later updates apply to later runs)."""
@@ -337,14 +437,42 @@ class Executor:
         )
 
     async def _outcome(
-        self, run: Run, loop: AgentLoop, snapshot: Snapshot | None
+        self,
+        run: Run,
+        handle: _Owned,
+        run_log: RunLog,
+        loop: AgentLoop,
+        snapshot: Snapshot | None,
+    ) -> _Terminal | None:
+        """How the run ends; None when it is stopped by a shutdown (it stays resumable).
+
+        The end is decided (handle.decided) with no await after the loop returns or raises:
+        a cancel requested before that moment makes it RunCancelled, whatever the loop did.
+        """
+        terminal = await self._ending(run, handle, run_log, loop, snapshot)
+        if handle.cancel_requested:
+            terminal = _Terminal(ev.RunCancelled(), RunStatus.CANCELLED)
+        if terminal is not None:
+            handle.decided = terminal.status
+        return terminal
+
+    async def _ending(
+        self,
+        run: Run,
+        handle: _Owned,
+        run_log: RunLog,
+        loop: AgentLoop,
+        snapshot: Snapshot | None,
     ) -> _Terminal | None:
         try:
+            if handle.cancel_requested:
+                raise asyncio.CancelledError  # cancelled before its task started
+            loop.compactor = await self._compactor(run, run_log)
             outcome: Outcome = await loop.run(snapshot)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if run.id not in self._cancel_requested:
+            if not handle.cancel_requested:
                 return None
+            task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
             return _Terminal(ev.RunCancelled(), RunStatus.CANCELLED)
@@ -377,22 +505,36 @@ class Executor:
             usage=loop.usage,
         )
 
-    async def _end_unowned(self, run: Run, terminal: _Terminal) -> None:
-        """Write the terminal event of a run no task of this process owns."""
-        with tracer().start_as_current_span(
-            "behest.run.end", context=context_from_traceparent(run.traceparent)
-        ):
-            messages = await self._store.session_messages(run.session_id)
-            last = await self._store.last_sequence(run.id)
-            await self._write_end(
-                run,
-                self._log.open_run(run.id, last_sequence=last),
-                terminal,
-                messages=messages,
-                position=messages[-1].position + 1 if messages else 0,
-                iterations=run.iterations,
-                usage=run.usage,
-            )
+    async def _end_unowned(self, run: Run, terminal: _Terminal) -> RunStatus | None:
+        """End a run no task of this process owns; returns how it ended (None: it was taken
+        over meanwhile). The run is held as ours while its end is written, so no start,
+        resume or second end of it can interleave; it is read again once held."""
+        self._check_not_owned_elsewhere(run)
+        handle = self._runs[run.id] = _Owned(started=True, decided=terminal.status)
+        try:
+            current = await self._store.get_run(run.id)
+            if current is None or current.status.is_terminal:
+                handle.final = None if current is None else current.status
+                return handle.final
+            self._check_not_owned_elsewhere(current)
+            with tracer().start_as_current_span(
+                "behest.run.end", context=context_from_traceparent(run.traceparent)
+            ):
+                messages = await self._store.session_messages(run.session_id)
+                last = await self._store.last_sequence(run.id)
+                await self._write_end(
+                    current,
+                    self._log.open_run(run.id, last_sequence=last),
+                    terminal,
+                    messages=messages,
+                    position=messages[-1].position + 1 if messages else 0,
+                    iterations=current.iterations,
+                    usage=current.usage,
+                )
+            handle.final = terminal.status
+            return handle.final
+        finally:
+            self._release(run.id, handle, "its end could not be written")
 
     async def _write_end(
         self,
@@ -423,6 +565,13 @@ class Executor:
             ],
         )
         await asyncio.shield(done)
+
+
+def _cancelled(run_id: str, final: RunStatus) -> RunStatus:
+    """CANCELLED, or FailedPrecondition naming the end the run reached instead."""
+    if final == RunStatus.CANCELLED:
+        return final
+    raise FailedPrecondition(f"run {run_id} already ended {final.name}; it was not cancelled")
 
 
 def _why(terminal: _Terminal) -> str:

@@ -35,6 +35,7 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
+from behest.providers.guard import guarded_stream
 from behest.runs import compaction
 from behest.runs.compactor import Compacted, Compactor
 from behest.runs.doom_loop import DoomLoopDetector
@@ -105,7 +106,7 @@ class AgentLoop:
         self._transcript: list[Message] = list(transcript or ())
         self.next_position = 0
         self._provider = provider
-        self._compactor = compactor
+        self.compactor = compactor
         self._retry = provider_config.retry
         self._timeout_s = provider_config.timeout_s
         self._max_output_tokens = provider_config.model_info(run.model).max_output_tokens
@@ -142,8 +143,8 @@ class AgentLoop:
                     f"{self._max_iterations} iterations"
                 )
             self.iteration += 1
-            if self._compactor is not None:
-                self._adopt(await self._compactor.before_call(self._transcript, self.next_position))
+            if self.compactor is not None:
+                self._adopt(await self.compactor.before_call(self._transcript, self.next_position))
             await self._log.emit(
                 ev.ContextBuilt(len(compaction.context(self._transcript))),
                 state=self._state(RunStatus.BUILDING_CONTEXT),
@@ -232,10 +233,10 @@ class AgentLoop:
                 ):
                     return await self._stream_answer()
             except ContextOverflowError as exc:
-                if overflowed or self._compactor is None:
+                if overflowed or self.compactor is None:
                     raise
                 overflowed = True  # compact, then one more try
-                compacted = await self._compactor.after_overflow(
+                compacted = await self.compactor.after_overflow(
                     self._transcript, self.next_position
                 )
                 if compacted is None:
@@ -274,7 +275,7 @@ class AgentLoop:
         try:
             async with (
                 asyncio.timeout(idle) as deadline,
-                contextlib.aclosing(self._provider.stream(request)) as deltas,
+                contextlib.aclosing(guarded_stream(self._provider, request)) as deltas,
             ):
                 async for delta in deltas:
                     deadline.reschedule(loop.time() + idle)

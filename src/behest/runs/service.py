@@ -71,8 +71,8 @@ class RunService:
         messages = [m for m in await self._store.run_messages(run_id) if m.role == Role.ASSISTANT]
         return RunOutput(run=run, messages=messages)
 
-    async def cancel(self, run_id: str) -> None:
-        await self._executor.cancel(run_id)
+    async def cancel(self, run_id: str) -> RunStatus:
+        return await self._executor.cancel(run_id)
 
     # --- snapshots ----------------------------------------------------------------------
 

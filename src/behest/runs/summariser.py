@@ -12,6 +12,7 @@ from behest.domain.compaction import CompactionConfig
 from behest.domain.messages import Message, Role
 from behest.domain.runs import Run
 from behest.providers.base import ModelRequest, TextChunk
+from behest.providers.guard import guarded_stream
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction import SUMMARY_INSTRUCTIONS, render
 from behest.telemetry import tracer
@@ -54,7 +55,7 @@ class Summariser:
         ):
             async with (
                 asyncio.timeout(config.timeout_s),
-                contextlib.aclosing(provider.stream(request)) as deltas,
+                contextlib.aclosing(guarded_stream(provider, request)) as deltas,
             ):
                 async for delta in deltas:
                     if isinstance(delta, TextChunk):

@@ -49,7 +49,8 @@ from mcp.types import (
 )
 from mcp.types import Tool as McpTool
 
-from behest import __version__
+from behest import __version__, bounded_json
+from behest.errors import describe
 from behest.tools.base import FunctionTool, Tool, ToolResult
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
 
@@ -325,7 +326,12 @@ def result_text(result: CallToolResult) -> str:
             case _:
                 parts.append(f"[{getattr(block, 'type', 'unknown')} content]")
     if not has_text and result.structured_content is not None:
-        parts.insert(0, json.dumps(result.structured_content, ensure_ascii=False))
+        try:
+            bounded_json.check_depth(result.structured_content)
+            structured = json.dumps(result.structured_content, ensure_ascii=False)
+        except (bounded_json.JsonRefused, ValueError) as exc:
+            structured = f"[structured content that {exc}]"
+        parts.insert(0, structured)
     return "\n".join(parts)
 
 
@@ -333,9 +339,6 @@ def _describe(exc: BaseException) -> str:
     """One line for an exception, looking through anyio's single-member exception groups."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
     if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
         return "the server closed the connection (did it exit? see its stderr)"
-    text = str(exc) or repr(exc)
-    return f"{type(exc).__name__}: {text}"
+    return describe(exc)

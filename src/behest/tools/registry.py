@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from behest import bounded_json
 from behest.domain.messages import ToolCall
+from behest.errors import describe
 from behest.providers.base import ToolDefinition
 from behest.tools.base import Tool, ToolResult
 from behest.tools.output import truncate
+
+# A tool call's arguments, as a model sends them; more is an error result, not a parse.
+MAX_ARGUMENT_BYTES = 1024 * 1024
 
 
 class ToolRegistry:
@@ -64,7 +68,7 @@ class ToolRegistry:
         except TimeoutError:
             return ToolResult(f"tool {call.name!r} timed out after {tool.timeout_s:g} s", True)
         except Exception as exc:  # a tool's crash is the model's to react to, not the run's
-            return ToolResult(f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", True)
+            return ToolResult(f"tool {call.name!r} failed: {describe(exc)}", True)
         if isinstance(result, str):
             result = ToolResult(result)
         if not isinstance(result, ToolResult) or not isinstance(result.text, str):
@@ -73,9 +77,9 @@ class ToolRegistry:
 
     def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str]:
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as exc:
-            return {}, f"arguments of {call.name!r} are not valid JSON: {exc}"
+            arguments = bounded_json.parse(call.arguments or "{}", max_bytes=MAX_ARGUMENT_BYTES)
+        except bounded_json.JsonRefused as exc:
+            return {}, f"the arguments of {call.name!r} were refused: the JSON text {exc}"
         if not isinstance(arguments, dict):
             return {}, f"arguments of {call.name!r} must be a JSON object"
         errors = sorted(self._validators[call.name].iter_errors(arguments), key=str)

@@ -1,0 +1,58 @@
+"""A provider's stream may fail only with a ProviderError: everything else it raises is a
+protocol error of that provider (a malformed chunk, a cut connection an SDK did not wrap, a
+chunk of an unexpected shape) and becomes a TransientProviderError in plain words.
+
+Transient, because a garbled response is usually the network's or the server's passing
+fault: the attempt loop retries it like a 503, then fails the run naming the provider. The
+exception itself, with its traceback, goes to the log for the operator, never to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+
+from behest.errors import BehestError, TransientProviderError
+from behest.providers.base import Delta, ModelRequest, Provider
+
+log = logging.getLogger(__name__)
+
+# Packages whose exceptions mean the transport failed (an SDK let one through unwrapped).
+_TRANSPORT_PACKAGES = frozenset({"httpx", "httpx2", "httpcore", "h11", "h2", "anyio"})
+
+
+async def guarded_stream(provider: Provider, request: ModelRequest) -> AsyncGenerator[Delta, None]:
+    """`provider.stream(request)`, with anything but a ProviderError made one."""
+    deltas = provider.stream(request)
+    try:
+        while True:
+            try:
+                delta = await anext(deltas)
+            except StopAsyncIteration:
+                return
+            except BehestError:
+                raise  # a ProviderError, or a check such as an unknown model
+            except Exception as exc:
+                log.warning("provider %r broke its stream protocol", provider.name, exc_info=True)
+                raise TransientProviderError(provider.name, protocol_problem(exc)) from exc
+            yield delta
+    finally:
+        await deltas.aclose()
+
+
+def protocol_problem(exc: Exception) -> str:
+    """What went wrong with a provider's response, in words a client can act on."""
+    match exc:
+        case RecursionError():
+            return "sent a response nested too deep to read"
+        case UnicodeError():
+            return "sent a response that is not valid text"
+        case ValueError():
+            return "sent a malformed response (a stream chunk is not valid JSON)"
+        case ConnectionError() | EOFError():
+            return "the connection broke off while the response was streaming"
+        case OSError():
+            return "the connection failed while the response was streaming"
+    if type(exc).__module__.split(".")[0] in _TRANSPORT_PACKAGES:
+        return "the connection broke off while the response was streaming"
+    return "sent a response of a shape behest does not understand"
