@@ -18,6 +18,7 @@ from tests.fakes.anthropic_fake import (
     FakeAnthropic,
     Reply,
     error_reply,
+    message_start,
     stream_error_reply,
     text_reply,
     tool_reply,
@@ -345,3 +346,40 @@ async def test_the_request_maps_instructions_tools_choice_and_limits(
     assert json.dumps(body).find(KEY) == -1
     # The SDK's span continues the run's trace, and the request carries it.
     assert sent.headers["traceparent"].split("-")[1] == events[0].trace_id
+
+
+async def test_a_stream_event_of_an_unexpected_shape_is_retried_then_fails_in_plain_words(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    # Usage that is not a number: the SDK passes it on as it is.
+    usage = {"output_tokens": "many"}
+    broken = Reply(
+        events=(
+            message_start(10),
+            ("message_delta", {"type": "message_delta", "delta": {}, "usage": usage}),
+            ("message_stop", {"type": "message_stop"}),
+        )
+    )
+    fake.script(broken, broken, broken, text_reply("never"))
+    events = await run(server, "hello")
+    assert started_iterations(events) == [1, 1, 1]
+    error = events[-1].run_failed.error
+    assert error.startswith(f"provider {PROVIDER!r}: sent a response of a shape behest does not")
+    assert "gave up after 3 attempts" in error
+
+
+async def test_a_tool_use_with_input_nested_deep_is_an_error_result_and_the_run_goes_on(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    deep = "[" * 3000 + "]" * 3000
+    fake.script(tool_reply(("toolu_deep", "calculator", [deep])), text_reply("Recovered."))
+    events = await run(server, "hello")
+    assert kind(events[-1]) == "run_completed"
+    results = [
+        block
+        for message in fake.requests[1].body["messages"]
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+    assert results[0]["is_error"] is True
+    assert "nested 3000 levels deep" in json.dumps(results[0]["content"])

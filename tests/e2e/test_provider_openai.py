@@ -15,6 +15,7 @@ import pytest
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from tests.fakes.openai_fake import FakeOpenAI, error, text, tool_calls
+from tests.fakes.sse_server import Event, Reply
 from tests.support import Server, collect, create_request, fast_settings, start_server, stop_server
 
 # These tests map each streamed chunk to its event, so deltas are never joined here.
@@ -369,3 +370,53 @@ async def test_an_unknown_model_is_invalid_argument_naming_the_known_ones(
     assert "gpt-nope" in (err.value.details() or "")
     assert MODEL in (err.value.details() or "")
     assert fake.requests == []
+
+
+def garbled(*chunks: str) -> Reply:
+    """A 200 stream whose `data:` lines are the given raw texts (not necessarily JSON)."""
+    return Reply(events=tuple(Event(c) for c in chunks), headers={"x-request-id": "req_fake"})
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (garbled("{not json"), "a stream chunk is not valid JSON"),
+        (garbled("[" * 3000 + "]" * 3000), "sent a response"),
+        (garbled('{"choices": 7}'), "sent a response of a shape behest does not understand"),
+    ],
+)
+async def test_a_malformed_stream_is_retried_then_fails_naming_the_provider(
+    start: Start, fake: FakeOpenAI, reply: Reply, problem: str
+) -> None:
+    server = await start(max_attempts=2)
+    fake.push(reply, reply, text("never sent"))
+    events = await run(server)
+    assert iterations_started(events) == [1, 1]
+    assert len(fake.requests) == 2
+    failure = events[-1].run_failed.error
+    assert failure.startswith(f"provider {PROVIDER!r}: ")
+    assert problem in failure and "gave up after 2 attempts" in failure
+    assert "internal error" not in failure
+
+
+async def test_a_malformed_chunk_then_a_good_answer_completes(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    fake.push(garbled("{not json"), text("Second time lucky."))
+    events = await run(server)
+    assert iterations_started(events) == [1, 1]
+    assert last_answer(events) == "Second time lucky."
+    assert events[-1].HasField("run_completed")
+
+
+async def test_tool_arguments_nested_3000_deep_give_an_error_result_and_the_run_goes_on(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    deep = "[" * 3000 + "]" * 3000
+    fake.push(tool_calls(("call_deep", "calculator", deep), fragment_chars=500), text("Recovered."))
+    events = await run(server)
+    assert events[-1].HasField("run_completed")
+    assert iterations_started(events) == [1, 2]
+    tool_message = fake.bodies[1]["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert "nested 3000 levels deep; the limit is 64" in tool_message["content"]

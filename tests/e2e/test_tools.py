@@ -136,6 +136,12 @@ async def test_unsafe_calls_run_one_after_another(server: Server) -> None:
         (call("too_slow", seconds=5), "timed out"),
         (call("not_text"), "invalid output"),
         ({"name": "calculator", "arguments": "{not json"}, "not valid JSON"),
+        # A model's arguments nested 3,000 deep: an error result, not a crashed run.
+        (
+            {"name": "calculator", "arguments": "[" * 3000 + "]" * 3000},
+            "nested 3000 levels deep; the limit is 64",
+        ),
+        ({"name": "calculator", "arguments": '{"expression": 1e999}'}, "too large to represent"),
     ],
 )
 async def test_tool_errors_reach_the_model_and_the_run_goes_on(

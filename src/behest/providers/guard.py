@@ -12,11 +12,23 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator
 
+from behest.domain.runs import FinishReason
 from behest.errors import BehestError, TransientProviderError
-from behest.providers.base import Delta, ModelRequest, Provider
+from behest.providers.base import (
+    Delta,
+    Finished,
+    ModelRequest,
+    Provider,
+    TextChunk,
+    ToolCallArguments,
+    ToolCallBegin,
+)
 
 log = logging.getLogger(__name__)
 
+_SHAPE = "sent a response of a shape behest does not understand"
+# More tokens than any model's call can use: a usage count beyond it is garbage.
+_MAX_TOKENS = 10**12
 # Packages whose exceptions mean the transport failed (an SDK let one through unwrapped).
 _TRANSPORT_PACKAGES = frozenset({"httpx", "httpx2", "httpcore", "h11", "h2", "anyio"})
 
@@ -35,9 +47,29 @@ async def guarded_stream(provider: Provider, request: ModelRequest) -> AsyncGene
             except Exception as exc:
                 log.warning("provider %r broke its stream protocol", provider.name, exc_info=True)
                 raise TransientProviderError(provider.name, protocol_problem(exc)) from exc
+            if not well_formed(delta):
+                log.warning("provider %r sent a malformed delta: %.200r", provider.name, delta)
+                raise TransientProviderError(provider.name, _SHAPE)
             yield delta
     finally:
         await deltas.aclose()
+
+
+def well_formed(delta: Delta) -> bool:
+    """Whether a delta holds what its type says (an SDK passes odd JSON values through)."""
+    match delta:
+        case TextChunk(text):
+            return isinstance(text, str)
+        case ToolCallBegin(call_id, name):
+            return isinstance(call_id, str) and isinstance(name, str)
+        case ToolCallArguments(call_id, fragment):
+            return isinstance(call_id, str) and isinstance(fragment, str)
+        case Finished(reason, usage):
+            counts = (usage.input_tokens, usage.output_tokens)
+            return isinstance(reason, FinishReason) and all(
+                type(n) is int and 0 <= n <= _MAX_TOKENS for n in counts
+            )
+    return False
 
 
 def protocol_problem(exc: Exception) -> str:
@@ -55,4 +87,4 @@ def protocol_problem(exc: Exception) -> str:
             return "the connection failed while the response was streaming"
     if type(exc).__module__.split(".")[0] in _TRANSPORT_PACKAGES:
         return "the connection broke off while the response was streaming"
-    return "sent a response of a shape behest does not understand"
+    return _SHAPE
