@@ -18,14 +18,13 @@ from typing import Any
 
 from behest.domain.events import Event, Payload
 from behest.domain.runs import CreatedRun
+from behest.errors import Unavailable
 from behest.events.notify import Notifier
+from behest.events.tail import RecentEvents
 from behest.store.base import AppendEvent, NewRun, Store, Write
 from behest.telemetry import current_trace_ids
 
 log = logging.getLogger(__name__)
-
-RECENT_PER_RUN = 4096
-RECENT_KEEP_AFTER_END_S = 30.0
 
 
 @dataclass(slots=True)
@@ -53,7 +52,7 @@ class EventLog:
         self._has_room = asyncio.Event()
         self._has_room.set()
         self._task: asyncio.Task[None] | None = None
-        self._recent: dict[str, collections.deque[Event]] = {}
+        self.recent = RecentEvents()
         # Runs whose step failed to commit: their later steps fail too, so no gap is ever
         # committed, until the owner re-reads where the log ends (RunLog.resync).
         self._broken: set[str] = set()
@@ -98,25 +97,6 @@ class EventLog:
         self._pending_writes += max(1, len(step.writes))
         self._has_work.set()
 
-    def recent_after(self, run_id: str, after: int) -> list[Event] | None:
-        """Committed events after `after` from memory, or None if memory cannot tell."""
-        recent = self._recent.get(run_id)
-        if recent is None or not recent or recent[0].sequence > after + 1:
-            return None
-        # From the newest end: a reader that keeps up costs what it reads, not the whole tail.
-        newer = []
-        for event in reversed(recent):
-            if event.sequence <= after:
-                break
-            newer.append(event)
-        newer.reverse()
-        return newer
-
-    def end_seen(self, run_id: str) -> int | None:
-        """The last sequence of a run whose terminal event was published here lately."""
-        recent = self._recent.get(run_id)
-        return recent[-1].sequence if recent and recent[-1].is_terminal else None
-
     # --- the writer -------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -152,10 +132,16 @@ class EventLog:
         except asyncio.CancelledError:
             raise
         except Exception:
+            if await self._landed(batch):
+                # The transaction committed although its caller saw an error (a connection
+                # lost after COMMIT): its events are in the log, so they are published.
+                log.warning("a commit reported an error but had landed; its steps stand")
+                self._stood(batch)
+                return
             if len(batch) == 1:
                 log.exception("event log commit failed")
                 self._broken.update(e.run_id for e in batch[0].events)
-                _fail(batch[0], RuntimeError("the event log could not commit this step"))
+                _fail(batch[0], Unavailable("the event log could not store a step of this run"))
                 return
             # Commit step by step so that one bad step fails alone. This is slow: say so.
             log.warning("group commit of %d steps failed; retrying one by one", len(batch))
@@ -172,6 +158,36 @@ class EventLog:
             if not step.done.done():
                 step.done.set_result(result)
 
+    async def _landed(self, batch: Sequence[_Step]) -> bool:
+        """Whether a batch whose commit raised is in the store after all (one transaction:
+        all of it or none). Told by the last event of its first step that has events, or
+        by the runs its creations would have made."""
+        probe = next((step.events[-1] for step in batch if step.events), None)
+        creations = [step.new_run.run_id for step in batch if step.new_run is not None]
+        try:
+            if probe is not None:
+                return await self._store.last_sequence(probe.run_id) >= probe.sequence
+            # Creations alone: one that created its run landed if the run exists (one that
+            # found an existing run wrote nothing, and asking again is harmless).
+            for run_id in creations:
+                if await self._store.get_run(run_id) is not None:
+                    return True
+            return False
+        except Exception:
+            log.exception("could not tell whether a failed commit landed")
+            return False
+
+    def _stood(self, batch: Sequence[_Step]) -> None:
+        """Settle a batch that landed without its results: events are published; creations
+        fail with CommitUncertain, and their callers read back what was created."""
+        for step in batch:
+            if step.new_run is not None:
+                _fail(step, CommitUncertain(step.new_run.run_id))
+                continue
+            self._publish(step.events)
+            if not step.done.done():
+                step.done.set_result(None)
+
     async def create(self, new_run: NewRun) -> tuple[CreatedRun, list[Write]]:
         """Create a run (and commit its first step) in the next group commit; returns the
         outcome and the first step's writes (none if the run already existed).
@@ -187,7 +203,7 @@ class EventLog:
     def _refuse_if_broken(self, step: _Step) -> bool:
         if not self._broken.intersection(e.run_id for e in step.events):
             return False
-        _fail(step, RuntimeError("an earlier step of this run failed to commit"))
+        _fail(step, Unavailable("an earlier step of this run could not be stored"))
         return True
 
     def mend(self, run_id: str) -> None:
@@ -196,16 +212,17 @@ class EventLog:
 
     def _publish(self, events: list[Event]) -> None:
         for event in events:
-            recent = self._recent.get(event.run_id)
-            if recent is None:
-                recent = self._recent[event.run_id] = collections.deque(maxlen=RECENT_PER_RUN)
-            recent.append(event)
-            if event.is_terminal:
-                asyncio.get_running_loop().call_later(
-                    RECENT_KEEP_AFTER_END_S, self._recent.pop, event.run_id, None
-                )
+            self.recent.add(event)
         for run_id in {e.run_id for e in events}:
             self.notifier.notify(run_id)
+
+
+class CommitUncertain(Exception):
+    """A creation's transaction committed, but its outcome was lost: read the run back."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"the creation of run {run_id} committed, but its outcome was lost")
+        self.run_id = run_id
 
 
 def _fail(step: _Step, error: BaseException) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from behest.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from behest.events.log import EventLog, RunLog
+from behest.events.log import CommitUncertain, EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
@@ -61,6 +62,8 @@ log = logging.getLogger(__name__)
 DEFAULT_IDENTITY = "default"
 # How long CancelRun waits for the run's end to be durable before saying it is not yet.
 CANCEL_WAIT_S = 10.0
+# The longest wait between tries to store a run's end.
+END_RETRY_MAX_S = 5.0
 # Times CancelRun starts over when the run changed hands while it waited (a lost claim).
 _CANCEL_TRIES = 3
 
@@ -152,11 +155,16 @@ class Executor:
         # task starts finds it here, and the task starts by cancelling.
         handle = self._runs[run_id] = _Owned()
         try:
-            created, first_writes = await self._create(request, run_id, span, traceparent)
+            outcome = await self._commit_creation(self._new_run(request, run_id, span, traceparent))
+            if isinstance(outcome, Run):  # created, but the outcome was lost: from the store
+                span.end()
+                await self._resume(outcome, handle)
+                return CreatedRun(run=outcome, created=True)
         except BaseException:
             self._release(run_id, handle)
             span.end()
             raise
+        created, first_writes = outcome
         if created.created:
             span.set_attribute("behest.session_id", created.run.session_id)
             snapshot = initial_snapshot(created.run)
@@ -172,26 +180,52 @@ class Executor:
             span.end()
         return created
 
-    async def _create(
+    def _new_run(
         self, request: RunRequest, run_id: str, span: trace.Span, traceparent: str
-    ) -> tuple[CreatedRun, list[Write]]:
+    ) -> NewRun:
         ids = span.get_span_context()
-        return await self._log.create(
-            NewRun(
-                request=request,
-                run_id=run_id,
-                identity=DEFAULT_IDENTITY,
-                now=datetime.now(UTC),
-                traceparent=traceparent_of(span),
-                owner=self._node,
-                lease_until=self._lease_until(),
-                first_step=functools.partial(
-                    first_step,
-                    trace_id=format(ids.trace_id, "032x"),
-                    span_id=format(ids.span_id, "016x"),
-                ),
-            )
+        return NewRun(
+            request=request,
+            run_id=run_id,
+            identity=DEFAULT_IDENTITY,
+            now=datetime.now(UTC),
+            traceparent=traceparent_of(span),
+            owner=self._node,
+            lease_until=self._lease_until(),
+            first_step=functools.partial(
+                first_step,
+                trace_id=format(ids.trace_id, "032x"),
+                span_id=format(ids.span_id, "016x"),
+            ),
         )
+
+    async def _commit_creation(self, new_run: NewRun) -> tuple[CreatedRun, list[Write]] | Run:
+        """The creation's outcome, or the run read back when it was created but its outcome
+        was lost (a commit that landed while reporting an error)."""
+        for attempt in (1, 2):
+            try:
+                created, writes = await self._log.create(new_run)
+            except Exception as exc:
+                found = await self._read_back(new_run.run_id)
+                if found is not None:
+                    return found
+                if attempt == 2 or not isinstance(exc, CommitUncertain):
+                    raise
+                continue  # nothing of it was written: ask again for the real answer
+            if not created.created and created.run.id == new_run.run_id:
+                return created.run  # a retry found this very run: the first try committed
+            return created, writes
+        raise AssertionError("unreachable")
+
+    async def _read_back(self, run_id: str) -> Run | None:
+        try:
+            return await self._store.get_run(run_id)
+        except Exception:
+            log.exception("could not tell whether run %s was created", run_id)
+            raise Unavailable(
+                f"could not tell whether run {run_id} was created: the store did not answer; "
+                "retry with the same client_request_id to be safe"
+            ) from None
 
     def _release(self, run_id: str, handle: _Owned, problem: str = "") -> None:
         """Forget a run this process reserved but does not execute after all."""
@@ -492,18 +526,41 @@ class Executor:
     async def _finish(
         self, run: Run, run_log: RunLog, terminal: _Terminal, loop: AgentLoop
     ) -> None:
-        """Write the terminal event with the final status, and wait until it is durable."""
-        if run_log.failed:
-            await run_log.resync(self._store)
-        await self._write_end(
-            run,
-            run_log,
-            terminal,
-            messages=loop.transcript,
-            position=loop.next_position,
-            iterations=loop.iteration,
-            usage=loop.usage,
-        )
+        """Write the terminal event with the final status, and wait until it is durable.
+
+        A run must not be left without its end while this process holds it: a failed write
+        is tried again (after a backoff, from what the store holds) until it is durable or
+        the server stops (then the run resumes at the next start).
+        """
+        messages: list[Message] | None = None if run_log.failed else loop.transcript
+        position = loop.next_position
+        for attempt in itertools.count(1):
+            try:
+                if messages is None:
+                    await run_log.resync(self._store)
+                    messages = await self._store.session_messages(run.session_id)
+                    position = messages[-1].position + 1 if messages else 0
+                await self._write_end(
+                    run,
+                    run_log,
+                    terminal,
+                    messages=messages,
+                    position=position,
+                    iterations=loop.iteration,
+                    usage=loop.usage,
+                )
+                return
+            except Exception:
+                messages = None  # what committed is read again before the next try
+                delay = min(END_RETRY_MAX_S, 0.05 * 2**attempt)
+                log.warning(
+                    "run %s: storing its end failed (try %d); trying again in %.2f s",
+                    run.id,
+                    attempt,
+                    delay,
+                    exc_info=True,
+                )
+                await asyncio.sleep(delay)
 
     async def _end_unowned(self, run: Run, terminal: _Terminal) -> RunStatus | None:
         """End a run no task of this process owns; returns how it ended (None: it was taken

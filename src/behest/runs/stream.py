@@ -31,7 +31,7 @@ async def follow(
     last = after
     while True:
         ticket = event_log.notifier.ticket(run_id)
-        events = event_log.recent_after(run_id, last)
+        events = event_log.recent.after(run_id, last)
         if events is None:
             events = await store.read_events(run_id, after=last, limit=PAGE)
         for event in events:
@@ -56,7 +56,7 @@ async def _ended_at(store: Store, event_log: EventLog, run_id: str, cursor: int)
     watchers costs no reads); a live one is asked of the store, since another replica may
     have taken it over and ended it.
     """
-    end = event_log.end_seen(run_id)
+    end = event_log.recent.end_seen(run_id)
     if end is None:
         run = await store.get_run(run_id)
         if run is None:
