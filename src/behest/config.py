@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import tomllib
@@ -160,5 +161,8 @@ def _convert(raw: Any, kind: type) -> Any:
     if kind is int:
         return int(raw)
     if kind is float:
-        return float(raw)
+        value = float(raw)
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number, got {raw!r}")
+        return value
     return str(raw)
