@@ -83,6 +83,12 @@ class PermanentProviderError(ProviderError):
     pass
 
 
+def quote(value: str, limit: int = 80) -> str:
+    """A client's value as it goes into an error message: quoted, and cut at `limit` chars
+    (a status's message travels in a header, which gRPC bounds)."""
+    return repr(value if len(value) <= limit else value[: limit - 1] + "…")
+
+
 def describe(exc: BaseException) -> str:
     """One line of plain words for an exception from outside behest's tree: its message,
     never its class name (clients and models read this; the log keeps the traceback)."""

@@ -29,6 +29,9 @@ from behest.telemetry import (
 
 log = logging.getLogger(__name__)
 
+# Status messages are cut to this (the whole header block must stay under 8 KiB by default).
+MAX_STATUS_MESSAGE_CHARS = 2000
+
 
 @dataclass(frozen=True, slots=True)
 class _Undecodable:
@@ -85,11 +88,19 @@ async def _status_on_error(context: grpc.aio.ServicerContext) -> AsyncIterator[N
     try:
         yield
     except BehestError as exc:
-        await context.abort(status_of(exc), str(exc))
+        await context.abort(status_of(exc), _bounded(str(exc)))
     except grpc.aio.AbortError:
         raise
     except Exception:
         await _abort_internal(context)
+
+
+def _bounded(message: str) -> str:
+    """A status message short enough for its header (gRPC refuses a call whose trailers
+    exceed its metadata limit, and the client would see RESOURCE_EXHAUSTED instead)."""
+    if len(message) <= MAX_STATUS_MESSAGE_CHARS:
+        return message
+    return message[: MAX_STATUS_MESSAGE_CHARS - 1] + "…"
 
 
 def _guard_unary(fn: Callable[..., Any]) -> Callable[..., Any]:

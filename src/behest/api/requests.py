@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from behest import bounded_json
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
-from behest.errors import InvalidArgument
+from behest.errors import InvalidArgument, quote
 
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 100
@@ -32,7 +32,7 @@ def uuid_field(value: str, field: str) -> str:
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise InvalidArgument(f"{field} must be a UUID, got {value[:80]!r}") from None
+        raise InvalidArgument(f"{field} must be a UUID, got {quote(value)}") from None
 
 
 def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunRequest:

@@ -45,6 +45,7 @@ from behest.errors import (
     InvalidArgument,
     PermanentProviderError,
     TransientProviderError,
+    quote,
 )
 from behest.providers.base import (
     Delta,
@@ -111,7 +112,7 @@ class LocalProvider:
         """Raise InvalidArgument unless `model` is one of KNOWN_MODELS."""
         if model not in KNOWN_MODELS:
             raise InvalidArgument(
-                f"model: unknown model {model!r} for provider {self.name!r}; "
+                f"model: unknown model {quote(model)} for provider {self.name!r}; "
                 f"known models: {', '.join(KNOWN_MODELS)}"
             )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from behest.errors import InvalidArgument
+from behest.errors import InvalidArgument, quote
 from behest.providers.base import Provider
 from behest.providers.config import ModelInfo, ProviderConfig, RetryPolicy
 
@@ -39,7 +39,7 @@ class ProviderRegistry:
         elif config.models and model not in config.models:
             known = ", ".join(sorted(config.models))
             raise InvalidArgument(
-                f"model: unknown model {model!r} for provider {name!r} (known: {known})"
+                f"model: unknown model {quote(model)} for provider {quote(name)} (known: {known})"
             )
 
     async def aclose(self) -> None:
@@ -51,6 +51,6 @@ class ProviderRegistry:
         entry = self._providers.get(name)
         if entry is None:
             raise InvalidArgument(
-                f"provider: unknown provider {name!r} (known: {', '.join(self.names())})"
+                f"provider: unknown provider {quote(name)} (known: {', '.join(self.names())})"
             )
         return entry

@@ -37,6 +37,7 @@ from behest.errors import (
     NotFound,
     ResourceExhausted,
     Unavailable,
+    quote,
 )
 from behest.events.log import CommitUncertain, EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
@@ -243,7 +244,7 @@ class Executor:
         unknown = [name for name in request.tools if name not in known]
         if unknown:
             raise InvalidArgument(
-                f"tools: unknown tool {unknown[0]!r} (known: {', '.join(known) or 'none'})"
+                f"tools: unknown tool {quote(unknown[0])} (known: {', '.join(known) or 'none'})"
             )
         choice = request.tool_choice
         if choice in set(ToolChoice):
@@ -252,7 +253,7 @@ class Executor:
         if choice not in allowed:
             raise InvalidArgument(
                 f"tool_choice must be auto, none, required or the name of a tool this run may "
-                f"use; got {choice!r}"
+                f"use; got {quote(choice)}"
             )
 
     async def cancel(self, run_id: str) -> RunStatus:

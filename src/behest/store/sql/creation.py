@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus
-from behest.errors import Aborted, AlreadyExists, BehestError, NotFound
+from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
 from behest.store.base import BatchResult, NewRun, Write
 from behest.store.sql import rows
 from behest.store.sql import tables as t
@@ -47,7 +47,7 @@ def create_run(
         if found is not None:
             if found.fingerprint != fingerprint:
                 raise AlreadyExists(
-                    f"client_request_id {key!r} was already used for run {found.run_id} "
+                    f"client_request_id {quote(key)} was already used for run {found.run_id} "
                     "with a different request"
                 )
             existing = get_run(conn, found.run_id)
