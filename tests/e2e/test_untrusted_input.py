@@ -113,3 +113,22 @@ async def test_a_failed_run_names_its_cause_without_a_class_name(server: Server)
     events = await collect(server.runs.CreateRunStream(create_request(text, model="script")))
     assert kind(events[-1]) == "run_failed"
     assert not CLASS_NAME.search(events[-1].run_failed.error)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        create_request("x", provider="p" * 20_000),
+        create_request("x", model="m" * 20_000),
+        create_request("x", tool_choice="t" * 20_000),
+    ],
+)
+async def test_a_huge_bad_value_is_invalid_argument_quoted_short(
+    server: Server, request_: pb.CreateRunRequest
+) -> None:
+    # The value used to be quoted whole: a status header over gRPC's limit, RESOURCE_EXHAUSTED.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await server.runs.CreateRun(request_)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(err.value.details() or "") < 400
+    assert "…'" in (err.value.details() or "")
