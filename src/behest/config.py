@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from behest.providers.config import ProviderConfig, RetryPolicy, parse_providers
+from behest.providers.config import ProviderConfig, parse_providers
+from behest.providers.retry import RetryPolicy
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -49,6 +50,7 @@ class Settings:
     provider_max_attempts: int = 4
     provider_backoff_initial_s: float = 0.5
     provider_backoff_max_s: float = 8.0
+    provider_max_retry_after_s: float = 60.0
     # Tools: calls of concurrency-safe tools run this many at once; read_file reads below
     # read_file_root (off when empty); plugins come from the entry-point group behest.tools.
     tool_concurrency: int = 4
@@ -121,6 +123,7 @@ class Settings:
             max_attempts=self.provider_max_attempts,
             backoff_initial_s=self.provider_backoff_initial_s,
             backoff_max_s=self.provider_backoff_max_s,
+            max_retry_after_s=self.provider_max_retry_after_s,
         )
 
     def with_values(self, values: dict[str, Any], *, source: str) -> Settings:

@@ -394,7 +394,7 @@ async def test_a_key_echoed_by_a_server_is_masked(
     provider: OpenAIProvider, fake: FakeOpenAI
 ) -> None:
     fake.push(error(400, f"bad header Bearer {KEY}"))
-    assert "bad header Bearer ***" in str(await failure(provider))
+    assert "bad header Bearer [redacted]" in str(await failure(provider))
 
 
 async def test_context_overflow_is_recognised_by_its_message(

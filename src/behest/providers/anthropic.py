@@ -66,7 +66,8 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
-from behest.providers.retry_after import retry_after_s
+from behest.providers.redaction import redacted
+from behest.providers.retry import retry_after_s
 
 DEFAULT_MAX_TOKENS = 4096
 MISSING_RESULT = "no result: the tool call did not run (the run ended before it did)"
@@ -104,7 +105,6 @@ _CONTEXT_OVERFLOW = re.compile(
     r"prompt is too long|context window|context length|exceed context limit", re.IGNORECASE
 )
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-_MAX_DETAIL_CHARS = 200
 _NO_KEY = "no API key: set api_key_env or api_key_file"
 
 
@@ -195,13 +195,7 @@ class AnthropicProvider:
         return PermanentProviderError(self.name, message)
 
     def _brief(self, text: str) -> str:
-        """One line, at most a couple of hundred characters, and never the API key."""
-        if self._api_key:
-            text = text.replace(self._api_key, "[redacted]")
-        text = " ".join(text.split())
-        if len(text) > _MAX_DETAIL_CHARS:
-            text = text[: _MAX_DETAIL_CHARS - 1] + "…"
-        return text
+        return redacted(text, self._api_key)
 
 
 class StreamDecoder:

@@ -6,7 +6,8 @@
     api_key_env = "OPENAI_API_KEY"       # or api_key_file = "/run/secrets/openai"
     default_model = "gpt-4o-mini"
     timeout_s = 60
-    max_attempts = 4
+    max_attempts = 4                     # and backoff_initial_s, backoff_max_s,
+                                         # max_retry_after_s (see providers/retry.py)
     [providers.openai.models."gpt-4o-mini"]
     context_window = 128000
     max_output_tokens = 16384
@@ -16,11 +17,14 @@ The key is read once at start-up and kept out of every repr, log line and event.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from behest.providers.retry import RetryPolicy
 
 TYPES = ("openai", "anthropic", "local")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -35,6 +39,7 @@ _KEYS = {
     "max_attempts",
     "backoff_initial_s",
     "backoff_max_s",
+    "max_retry_after_s",
 }
 
 
@@ -44,17 +49,6 @@ class ModelInfo:
 
     context_window: int = 128_000
     max_output_tokens: int = 4096
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RetryPolicy:
-    """Attempts per model call for transient errors, with exponential backoff and jitter."""
-
-    max_attempts: int = 4
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 8.0
-    # A provider asking to wait longer than this (Retry-After) fails the call instead.
-    max_retry_after_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,13 +104,21 @@ def _parse_one(name: str, raw: Any, *, defaults: RetryPolicy, timeout_s: float) 
         api_key=_api_key(where, raw),
         default_model=str(raw.get("default_model", "")),
         models=models,
-        timeout_s=float(raw.get("timeout_s", timeout_s)),
+        timeout_s=_seconds(where, raw, "timeout_s", timeout_s),
         retry=RetryPolicy(
             max_attempts=int(raw.get("max_attempts", defaults.max_attempts)),
-            backoff_initial_s=float(raw.get("backoff_initial_s", defaults.backoff_initial_s)),
-            backoff_max_s=float(raw.get("backoff_max_s", defaults.backoff_max_s)),
+            backoff_initial_s=_seconds(where, raw, "backoff_initial_s", defaults.backoff_initial_s),
+            backoff_max_s=_seconds(where, raw, "backoff_max_s", defaults.backoff_max_s),
+            max_retry_after_s=_seconds(where, raw, "max_retry_after_s", defaults.max_retry_after_s),
         ),
     )
+
+
+def _seconds(where: str, raw: dict[str, Any], key: str, default: float) -> float:
+    value = float(raw.get(key, default))
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}.{key} must be a finite number of seconds, got {value!r}")
+    return value
 
 
 def _api_key(where: str, raw: dict[str, Any]) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from behest.providers.base import Provider
-from behest.providers.config import ProviderConfig, RetryPolicy
+from behest.providers.config import ProviderConfig
 from behest.providers.local import LocalProvider
 from behest.providers.registry import ProviderRegistry
+from behest.providers.retry import RetryPolicy
 
 
 def build_provider(config: ProviderConfig) -> Provider:

@@ -41,12 +41,12 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
-from behest.providers.retry_after import retry_after_s
+from behest.providers.redaction import redacted
+from behest.providers.retry import retry_after_s
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers need no key, but the SDK refuses to start without one.
 NO_KEY = "not-needed"
-_MAX_MESSAGE_CHARS = 300
 
 _FINISH = {
     "stop": FinishReason.STOP,
@@ -152,13 +152,7 @@ class OpenAIProvider:
         return PermanentProviderError(self.name, f"request rejected ({detail})")
 
     def _clean(self, text: str) -> str:
-        """Short, one line, and without the API key even if a server echoes it."""
-        if len(self._secret) >= 8:
-            text = text.replace(self._secret, "***")
-        text = " ".join(text.split())
-        if len(text) > _MAX_MESSAGE_CHARS:
-            text = text[: _MAX_MESSAGE_CHARS - 1] + "…"
-        return text
+        return redacted(text, self._secret)
 
 
 # --- request mapping --------------------------------------------------------------------

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from behest.errors import InvalidArgument, quote
 from behest.providers.base import Provider
-from behest.providers.config import ModelInfo, ProviderConfig, RetryPolicy
+from behest.providers.config import ModelInfo, ProviderConfig
+from behest.providers.retry import RetryPolicy
 
 
 class ProviderRegistry:
