@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from behest.errors import TransientProviderError
+from behest.errors import ProviderError, TransientProviderError
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ async def with_retries(
     raise AssertionError("unreachable")
 
 
-def reason(error: TransientProviderError) -> str:
+def reason(error: ProviderError) -> str:
     """The error's message without its "provider 'NAME': " prefix."""
     prefix = f"provider {error.provider!r}: "
     text = str(error)

@@ -533,8 +533,8 @@ class Executor:
         is tried again (after a backoff, from what the store holds) until it is durable or
         the server stops (then the run resumes at the next start).
         """
-        messages: list[Message] | None = None if run_log.failed else loop.transcript
-        position = loop.next_position
+        messages: list[Message] | None = None if run_log.failed else loop.progress.transcript
+        position = loop.progress.next_position
         for attempt in itertools.count(1):
             try:
                 if messages is None:
@@ -547,8 +547,8 @@ class Executor:
                     terminal,
                     messages=messages,
                     position=position,
-                    iterations=loop.iteration,
-                    usage=loop.usage,
+                    iterations=loop.progress.iteration,
+                    usage=loop.progress.usage,
                 )
                 return
             except Exception:

@@ -1,0 +1,97 @@
+"""What one run has done so far, and the state writes that record it with each step.
+
+The agent loop, its turn assembly and its tool runner share one RunProgress: the session's
+transcript as this run knows it, the next free message position, the counters and usage a
+snapshot holds, and the tool calls executing now.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from behest.domain.messages import Message, Role
+from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.snapshots import Snapshot
+from behest.runs.compactor import Compacted
+from behest.store.base import PutSnapshot, Store, UpdateRun, Write
+
+
+class RunProgress:
+    """A run's transcript, positions and counters; `state(status)` writes them down."""
+
+    def __init__(self, run: Run, transcript: list[Message] | None = None) -> None:
+        """`transcript`: the session's messages, when the caller knows them (a new session)."""
+        self.run = run
+        self._transcript_known = transcript is not None
+        self.transcript: list[Message] = list(transcript or ())
+        self.next_position = 0
+        self.iteration = 0
+        self.model_calls = 0
+        self.usage = TokenUsage()
+        self.finish_reason = FinishReason.UNSPECIFIED
+        self.executing: set[str] = set()
+
+    async def load(self, store: Store) -> None:
+        """Read the session's transcript (unless known) and find the next free position."""
+        if not self._transcript_known:
+            self.transcript = await store.session_messages(self.run.session_id)
+        self.next_position = self.transcript[-1].position + 1 if self.transcript else 0
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take the counters of a snapshot (a run resumed after a crash or shutdown)."""
+        self.iteration, self.model_calls = snapshot.iteration, snapshot.model_calls
+        self.usage, self.finish_reason = snapshot.usage, snapshot.finish_reason
+
+    def mine(self) -> list[Message]:
+        """This run's messages of the transcript."""
+        return [m for m in self.transcript if m.run_id == self.run.id]
+
+    def message(self, role: Role, text: str, **fields: object) -> Message:
+        """A new message of this run, with the next free position of the session."""
+        position = self.next_position
+        self.next_position += 1
+        return Message(
+            id=str(uuid.uuid4()),
+            session_id=self.run.session_id,
+            run_id=self.run.id,
+            position=position,
+            role=role,
+            # Stored text cannot hold NUL (PostgreSQL); a tool reading a binary file may send one.
+            text=text.replace("\x00", "\ufffd"),
+            created_at=datetime.now(UTC),
+            **fields,  # type: ignore[arg-type]
+        )
+
+    def remember(self, message: Message) -> None:
+        """Add a message to the transcript once it is queued for commit, in position order."""
+        self.transcript.append(message)
+        if len(self.transcript) > 1 and self.transcript[-2].position > message.position:
+            self.transcript.sort(key=lambda m: m.position)  # parallel tools finish any order
+
+    def adopt(self, compacted: Compacted | None) -> None:
+        """Continue with a compacted transcript."""
+        if compacted is not None:
+            self.transcript = compacted.transcript
+            self.next_position += int(compacted.used_position)
+
+    def state(self, status: RunStatus) -> list[Write]:
+        """The run's progress and snapshot, to commit with the step that reaches `status`."""
+        return [
+            UpdateRun(
+                run_id=self.run.id, status=status, iterations=self.iteration, usage=self.usage
+            ),
+            PutSnapshot(
+                Snapshot(
+                    run_id=self.run.id,
+                    session_id=self.run.session_id,
+                    status=status,
+                    iteration=self.iteration,
+                    usage=self.usage,
+                    updated_at=datetime.now(UTC),
+                    model_calls=self.model_calls,
+                    pending_tool_calls=tuple(sorted(self.executing)),
+                    finish_reason=self.finish_reason,
+                )
+            ),
+        ]

@@ -1,0 +1,103 @@
+"""Running one turn's tool calls: parallel where safe, each started durably, results recorded.
+
+Consecutive calls of concurrency-safe tools run together (at most `concurrency` at once);
+any other call runs alone, in order. A call's ToolExecutionStarted is durable before the tool
+runs (a tool may have side effects: after a crash, the log says it may have run). Its result
+becomes a tool message, committed with ToolExecutionFinished and ToolMessageCommitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection
+
+from behest.domain import events as ev
+from behest.domain.messages import Role, ToolCall
+from behest.domain.runs import RunStatus
+from behest.events.log import RunLog
+from behest.runs.progress import RunProgress
+from behest.store.base import AppendMessage
+from behest.telemetry import tracer
+from behest.tools.base import ToolResult
+from behest.tools.registry import ToolRegistry
+
+
+class ToolRunner:
+    """Runs a run's tool calls through the registry, recording each in the run's log."""
+
+    def __init__(
+        self,
+        *,
+        log: RunLog,
+        tools: ToolRegistry,
+        offered: Collection[str],
+        progress: RunProgress,
+        concurrency: int,
+    ) -> None:
+        self._log = log
+        self._tools = tools
+        self._offered = offered
+        self._progress = progress
+        self._concurrency = concurrency
+
+    async def run(self, calls: list[ToolCall]) -> None:
+        """Run a turn's calls: consecutive concurrency-safe ones together, others in order."""
+        parallel: list[ToolCall] = []
+        for call in calls:
+            tool = self._tools.get(call.name)
+            if tool is not None and tool.concurrency_safe and call.name in self._offered:
+                parallel.append(call)
+                continue
+            await self._run_together(parallel)
+            parallel = []
+            await self._execute(call)
+        await self._run_together(parallel)
+
+    async def _run_together(self, calls: list[ToolCall]) -> None:
+        if len(calls) <= 1:
+            for call in calls:
+                await self._execute(call)
+            return
+        slots = asyncio.Semaphore(self._concurrency)
+
+        async def one(call: ToolCall) -> None:
+            async with slots:
+                await self._execute(call)
+
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(one(call))
+
+    async def _execute(self, call: ToolCall) -> None:
+        progress = self._progress
+        progress.executing.add(call.id)
+        started = await self._log.emit(
+            ev.ToolExecutionStarted(call.id, call.name),
+            state=progress.state(RunStatus.WAITING_FOR_TOOLS),
+        )
+        # A tool may have side effects: it runs only once its start is durable.
+        await asyncio.shield(started)
+        began = time.monotonic()
+        with tracer().start_as_current_span(
+            "behest.tool", attributes={"behest.tool": call.name, "behest.call_id": call.id}
+        ):
+            if call.name in self._offered or self._tools.get(call.name) is None:
+                result = await self._tools.execute(call)
+            else:
+                result = ToolResult(f"tool {call.name!r} is not available in this run", True)
+            duration_ms = int((time.monotonic() - began) * 1000)
+            progress.executing.discard(call.id)
+            message = progress.message(
+                Role.TOOL,
+                result.text,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                is_error=result.is_error,
+            )
+            await self._log.emit(
+                ev.ToolExecutionFinished(call.id, call.name, duration_ms),
+                ev.ToolMessageCommitted(message.id),
+                state=[AppendMessage(message), *progress.state(RunStatus.WAITING_FOR_TOOLS)],
+            )
+            progress.remember(message)
