@@ -19,7 +19,7 @@ from behest.providers.factory import build_registry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
-from behest.runs.service import RunService
+from behest.runs.operations import Operations
 from behest.store.sql.store import SqlStore
 from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
@@ -69,10 +69,12 @@ class App:
             resume_runs=settings.resume_runs,
             compaction_settings=compaction_settings,
         )
-        self.runs = RunService(
+        self.runs = Operations(
             store=self.store,
             event_log=self.event_log,
             executor=self.executor,
+            providers=self.providers,
+            tools=self.tools,
             compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
         )

@@ -13,6 +13,7 @@ import pytest
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.domain.runs import RunRequest
+from behest.store.base import NewRun
 from tests.support import (
     Server,
     collect,
@@ -142,19 +143,35 @@ async def test_lease_keeping_never_takes_over_this_nodes_own_runs(tmp_path: Path
         fast_settings(tmp_path, node_id="node-x", run_lease_s=0.3)
     )
     try:
-        store = server.app.store
-        created = await store.create_run(
-            RunRequest(session_id=None, provider="local", model="echo", input="mine"),
-            run_id=str(uuid.uuid4()),
-            identity="default",
-            now=datetime.now(UTC),
-            traceparent="",
-            owner="node-x",
-            lease_until=datetime.now(UTC) - timedelta(seconds=1),
+        store, leases = server.app.store, server.app.executor.leases
+        lapsed = datetime.now(UTC) - timedelta(seconds=1)
+        run_id = str(uuid.uuid4())
+        # Created the way CreateRun does, but with no first step and no task to run it.
+        (created,) = await store.apply_batch(
+            [
+                NewRun(
+                    request=RunRequest(
+                        session_id=None, provider="local", model="echo", input="mine"
+                    ),
+                    run_id=run_id,
+                    identity="default",
+                    now=datetime.now(UTC),
+                    traceparent="",
+                    owner="node-x",
+                    lease_until=lapsed,
+                    first_step=lambda run, position: [],
+                )
+            ]
         )
-        await asyncio.sleep(0.6)  # several rounds of lease keeping (every 0.1 s)
-        assert await store.last_sequence(created.run.id) == 0
-        run = await server.runs.GetRun(pb.GetRunRequest(run_id=created.run.id))
-        assert run.run.status == c.RUN_STATUS_PENDING
+        assert not isinstance(created, BaseException) and created is not None
+        first = await leases.next_round()
+        assert await leases.next_round() > first  # two whole rounds of renewal and adoption
+        stored = await store.get_run(run_id)
+        assert stored is not None and stored.lease_expires_at is not None
+        assert stored.lease_expires_at > datetime.now(UTC)  # renewed: the keeper did run
+        assert stored.owner == "node-x"
+        assert await store.last_sequence(run_id) == 0  # but never started a second time
+        run = await server.runs.GetRun(pb.GetRunRequest(run_id=run_id))
+        assert run.run.status == c.RUN_STATUS_SESSION_LOADED
     finally:
         await stop_server(server)

@@ -6,11 +6,11 @@ import grpc
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
-from behest.runs.service import RunService
+from behest.runs.operations import Operations
 
 
 class CompactionServicer:
-    def __init__(self, runs: RunService) -> None:
+    def __init__(self, runs: Operations) -> None:
         self._runs = runs
 
     async def GetCompactionConfig(

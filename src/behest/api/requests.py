@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from behest import bounded_json
 from behest._proto.agent.v1 import run_pb2 as pb
@@ -35,8 +37,18 @@ def uuid_field(value: str, field: str) -> str:
         raise InvalidArgument(f"{field} must be a UUID, got {quote(value)}") from None
 
 
-def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunRequest:
-    """Validate a CreateRunRequest into the domain's RunRequest."""
+class Offer(Protocol):
+    """What this server offers a run: providers with their models, and tools."""
+
+    def check_model(self, provider: str, model: str) -> None:
+        """Raise InvalidArgument unless the provider is configured and offers the model."""
+        ...
+
+    def tool_names(self) -> list[str]: ...
+
+
+def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offer) -> RunRequest:
+    """Validate a CreateRunRequest into the domain's RunRequest, against what is offered."""
     provider = request.provider.value.strip()
     model = request.model.value.strip()
     if not provider:
@@ -62,8 +74,9 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunReque
         raise InvalidArgument("tools names a tool twice")
     if request.max_iterations > MAX_ITERATIONS:
         raise InvalidArgument(f"max_iterations must be at most {MAX_ITERATIONS}")
-    # Tool names in tool_choice and tools are checked against the registry by the executor.
     tool_choice = request.tool_choice or ToolChoice.AUTO
+    offer.check_model(provider, model)
+    _check_tools(request.tools, tool_choice, offer.tool_names())
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     return RunRequest(
         session_id=session_id,
@@ -76,6 +89,21 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits) -> RunReque
         instructions=request.instructions,
         tools=tuple(request.tools),
         max_iterations=request.max_iterations,
+    )
+
+
+def _check_tools(tools: Sequence[str], choice: str, known: list[str]) -> None:
+    """Every tool named exists, and tool_choice is a mode or one of the run's tools."""
+    unknown = [name for name in tools if name not in known]
+    if unknown:
+        raise InvalidArgument(
+            f"tools: unknown tool {quote(unknown[0])} (known: {', '.join(known) or 'none'})"
+        )
+    if choice in set(ToolChoice) or choice in (tools or known):
+        return
+    raise InvalidArgument(
+        "tool_choice must be auto, none, required or the name of a tool this run may use; "
+        f"got {quote(choice)}"
     )
 
 

@@ -9,7 +9,7 @@ import grpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.requests import RequestLimits, run_query, run_request, uuid_field
-from behest.runs.service import RunService
+from behest.runs.operations import Operations
 from behest.telemetry import traceparent_in
 
 
@@ -19,7 +19,7 @@ def traceparent(context: grpc.aio.ServicerContext) -> str:
 
 
 class RunServicer:
-    def __init__(self, runs: RunService, limits: RequestLimits) -> None:
+    def __init__(self, runs: Operations, limits: RequestLimits) -> None:
         self._runs = runs
         self._limits = limits
 
@@ -27,7 +27,7 @@ class RunServicer:
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateRunResponse:
         created = await self._runs.create(
-            run_request(request, self._limits), traceparent=traceparent(context)
+            run_request(request, self._limits, self._runs), traceparent=traceparent(context)
         )
         return pb.CreateRunResponse(run_id=created.run.id, session_id=created.run.session_id)
 
@@ -35,7 +35,7 @@ class RunServicer:
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AgentEvent]:
         events = self._runs.create_and_follow(
-            run_request(request, self._limits), traceparent=traceparent(context)
+            run_request(request, self._limits, self._runs), traceparent=traceparent(context)
         )
         async for event in events:
             yield convert.event(event)

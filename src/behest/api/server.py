@@ -12,7 +12,7 @@ from behest.api.handlers import StreamLimit, generic_handler
 from behest.api.requests import RequestLimits
 from behest.api.run_service import RunServicer
 from behest.api.snapshot_service import SnapshotServicer
-from behest.runs.service import RunService
+from behest.runs.operations import Operations
 
 SERVICES = ("agent.v1.RunService", "agent.v1.CompactionService", "agent.v1.SnapshotService")
 
@@ -22,7 +22,7 @@ class ApiServer:
 
     def __init__(
         self,
-        runs: RunService,
+        runs: Operations,
         *,
         listen: str,
         limits: RequestLimits,

@@ -7,11 +7,11 @@ import grpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.requests import uuid_field
-from behest.runs.service import RunService
+from behest.runs.operations import Operations
 
 
 class SnapshotServicer:
-    def __init__(self, runs: RunService) -> None:
+    def __init__(self, runs: Operations) -> None:
         self._runs = runs
 
     async def ListSnapshots(

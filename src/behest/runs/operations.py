@@ -1,4 +1,9 @@
-"""What the API asks of runs, in domain terms: one method per RPC."""
+"""Operations: what the three agent.v1 services ask of behest, in domain terms.
+
+One method per RPC of RunService, CompactionService and SnapshotService, over the executor
+(runs), the store (reads), the event log (streams), the compaction settings, and the
+registries of providers and tools (what a request may name).
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,15 @@ from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound
 from behest.events.log import EventLog
+from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
 from behest.store.base import Store
+from behest.tools.registry import ToolRegistry
 
 
-class RunService:
+class Operations:
     """Runs, snapshots and compaction settings, over the executor, the store and the log."""
 
     def __init__(
@@ -27,14 +34,29 @@ class RunService:
         store: Store,
         event_log: EventLog,
         executor: Executor,
+        providers: ProviderRegistry,
+        tools: ToolRegistry,
         compaction_settings: CompactionSettings,
         cooldown_s: float,
     ) -> None:
         self._store = store
+        self._providers = providers
+        self._tools = tools
         self._compaction_settings = compaction_settings
         self._cooldown_s = cooldown_s
         self._log = event_log
         self._executor = executor
+
+    # --- what a request may name ---------------------------------------------------------
+
+    def check_model(self, provider: str, model: str) -> None:
+        """Raise InvalidArgument unless the provider is configured and offers the model."""
+        self._providers.check(provider, model)
+
+    def tool_names(self) -> list[str]:
+        return self._tools.names()
+
+    # --- runs ---------------------------------------------------------------------------
 
     async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
         return await self._executor.create(request, traceparent=traceparent)
@@ -99,7 +121,7 @@ class RunService:
         if problems:
             raise InvalidArgument("; ".join(problems))
         if config.provider:
-            self._executor.check_model(config.provider, config.model)
+            self.check_model(config.provider, config.model)
         await self._compaction_settings.put(config)
 
     async def circuit_breaker(self) -> tuple[CircuitBreakerState, bool]:

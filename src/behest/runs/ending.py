@@ -1,0 +1,139 @@
+"""How a run ends: the one writer of terminal steps (RunCompleted, RunFailed, RunCancelled).
+
+A terminal step is one step of the event log: an error result for every tool call left
+unanswered (so the session's transcript stays valid for its next run), the terminal event,
+the run's final status, and its snapshot removed. It is awaited until durable; a failed write
+is tried again from what the store holds, until it is durable or the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass
+
+from behest.domain import events as ev
+from behest.domain.messages import Message
+from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.events.log import EventLog, RunLog
+from behest.runs.progress import RunProgress
+from behest.runs.transcript import closing_results
+from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun
+from behest.telemetry import context_from_traceparent, tracer
+
+log = logging.getLogger(__name__)
+
+# The longest wait between tries to store a run's end.
+END_RETRY_MAX_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A run's end: its terminal event and the final state that goes with it."""
+
+    payload: ev.RunCompleted | ev.RunFailed | ev.RunCancelled
+    status: RunStatus
+    finish_reason: FinishReason = FinishReason.UNSPECIFIED
+    error: str = ""
+
+    @staticmethod
+    def completed(finish_reason: FinishReason, iterations: int) -> Ending:
+        return Ending(
+            ev.RunCompleted(finish_reason, iterations),
+            RunStatus.COMPLETED,
+            finish_reason=finish_reason,
+        )
+
+    @staticmethod
+    def failed(error: str) -> Ending:
+        return Ending(ev.RunFailed(error), RunStatus.FAILED, error=error)
+
+    @staticmethod
+    def cancelled() -> Ending:
+        return Ending(ev.RunCancelled(), RunStatus.CANCELLED)
+
+    @property
+    def why(self) -> str:
+        """Why a tool call was left unanswered, for its error result."""
+        match self.payload:
+            case ev.RunCancelled():
+                return "the run was cancelled"
+            case ev.RunFailed(error):
+                return f"the run failed ({error})"
+        return "the run ended"
+
+
+class RunEnder:
+    """Writes terminal steps through the event log."""
+
+    def __init__(self, store: Store, event_log: EventLog) -> None:
+        self._store = store
+        self._log = event_log
+
+    async def finish(
+        self, run: Run, run_log: RunLog, ending: Ending, progress: RunProgress | None
+    ) -> None:
+        """Write the run's end, retried until durable: from what its owner knows (`progress`),
+        or, without one or after a failed write, from what the store holds."""
+        messages = None if run_log.failed or progress is None else progress.transcript
+        position = 0 if progress is None else progress.next_position
+        iterations = run.iterations if progress is None else progress.iteration
+        usage = run.usage if progress is None else progress.usage
+        for attempt in itertools.count(1):
+            try:
+                if messages is None:
+                    await run_log.resync(self._store)
+                    messages = await self._store.session_messages(run.session_id)
+                    position = messages[-1].position + 1 if messages else 0
+                await self._write(run, run_log, ending, messages, position, iterations, usage)
+                return
+            except Exception:
+                messages = None
+                delay = min(END_RETRY_MAX_S, 0.05 * 2**attempt)
+                log.warning(
+                    "run %s: storing its end failed (try %d); trying again in %.2f s",
+                    run.id,
+                    attempt,
+                    delay,
+                    exc_info=True,
+                )
+                await asyncio.sleep(delay)
+
+    async def end_stored(self, run: Run, ending: Ending) -> None:
+        """End a run no task executes (interrupted, or never resumed), from the store."""
+        with tracer().start_as_current_span(
+            "behest.run.end", context=context_from_traceparent(run.traceparent)
+        ):
+            run_log = self._log.open_run(run.id, last_sequence=0)
+            run_log.failed = True  # where its log ends is read from the store
+            await self.finish(run, run_log, ending, None)
+
+    async def _write(
+        self,
+        run: Run,
+        run_log: RunLog,
+        ending: Ending,
+        messages: list[Message],
+        position: int,
+        iterations: int,
+        usage: TokenUsage,
+    ) -> None:
+        """The terminal step, awaited until durable."""
+        closing = closing_results(
+            messages, run_id=run.id, session_id=run.session_id, reason=ending.why, position=position
+        )
+        final = UpdateRun(
+            run_id=run.id,
+            status=ending.status,
+            iterations=iterations,
+            usage=usage,
+            finish_reason=ending.finish_reason,
+            error=ending.error,
+        )
+        done = await run_log.emit(
+            *[ev.ToolMessageCommitted(m.id) for m in closing],
+            ending.payload,
+            state=[*(AppendMessage(m) for m in closing), final, DeleteSnapshot(run.id)],
+        )
+        await asyncio.shield(done)

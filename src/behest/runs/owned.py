@@ -1,0 +1,58 @@
+"""A run this process executes, or is about to: its task, its cancel, how it ended.
+
+The executor keeps one OwnedRun per run it holds: from the moment a creation or claim is in
+flight until its end is durable (or it leaves the process at a shutdown). A CancelRun and the
+run's own end meet here: the end is *decided* with no await after the loop returns or raises,
+so a cancel either comes first (the end is RunCancelled) or finds the end decided; whoever
+asks how the run ended waits for `ended`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from behest.domain.runs import RunStatus
+from behest.errors import DeadlineExceeded, Unavailable
+
+
+@dataclass(slots=True, eq=False)
+class OwnedRun:
+    """One run held by this process."""
+
+    task: asyncio.Task[None] | None = None
+    started: bool = False  # the task's body runs, so a task.cancel() reaches its handler
+    cancel_requested: bool = False
+    decided: RunStatus | None = None
+    final: RunStatus | None = None  # the terminal status, once durable
+    problem: str = ""  # why the run left this process without a durable end
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def request_cancel(self) -> None:
+        """Ask the run to end cancelled, unless its end is decided already."""
+        if self.decided is not None or self.cancel_requested:
+            return
+        self.cancel_requested = True
+        if self.started and self.task is not None:
+            self.task.cancel()
+
+    def leave(self, problem: str) -> None:
+        """The run leaves this process: its end is durable (`final`), or it is not (why)."""
+        if not self.ended.is_set():
+            self.problem = "" if self.final is not None else problem
+            self.ended.set()
+
+    async def wait_end(self, run_id: str, timeout_s: float) -> RunStatus | None:
+        """The terminal status once durable; None if the run left without one and no
+        problem was named (it changed hands); DeadlineExceeded after `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.ended.wait()
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"run {run_id} was asked to stop, but its end was not durable within "
+                f"{timeout_s:g} s; GetRun or WatchRunEvents tell how it ends"
+            ) from None
+        if self.final is None and self.problem:
+            raise Unavailable(f"run {run_id}: {self.problem}")
+        return self.final
