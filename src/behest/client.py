@@ -19,9 +19,10 @@ import grpc
 import grpc.aio
 
 from behest._proto.agent.v1 import common_pb2, run_pb2, run_pb2_grpc
+from behest.domain import events
 
 AgentEvent = run_pb2.AgentEvent
-TERMINAL_KINDS = frozenset({"run_completed", "run_failed", "run_cancelled"})
+TERMINAL_KINDS = events.TERMINAL_KINDS
 # Only these mean "the server or the network went away"; any other status is an answer.
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime
-from typing import assert_never, cast
+from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -46,7 +47,8 @@ def tool_call(call: ToolCall) -> pb_common.ToolCall:
 
 
 def event(value: ev.Event) -> pb.AgentEvent:
-    """A domain event as the AgentEvent clients receive."""
+    """A domain event as the AgentEvent clients receive: its payload goes into the oneof
+    field of its kind's stable name (domain/events.py KINDS), field by field."""
     out = pb.AgentEvent(
         sequence=value.sequence,
         run_id=value.run_id,
@@ -54,79 +56,26 @@ def event(value: ev.Event) -> pb.AgentEvent:
         trace_id=value.trace_id,
         span_id=value.span_id,
     )
-    p = value.payload
-    match p:
-        case ev.RunStarted():
-            out.run_started.CopyFrom(
-                pb.RunStartedEvent(session_id=p.session_id, provider=p.provider, model=p.model)
-            )
-        case ev.ContextBuilt():
-            out.context_built.message_count = p.message_count
-        case ev.ModelStarted():
-            out.model_started.CopyFrom(
-                pb.ModelStartedEvent(provider=p.provider, model=p.model, iteration=p.iteration)
-            )
-        case ev.TextDelta():
-            out.text_delta.delta = p.delta
-        case ev.ToolCallStarted():
-            out.tool_call_started.CopyFrom(
-                pb.ToolCallStartedEvent(call_id=p.call_id, tool_name=p.tool_name)
-            )
-        case ev.ToolCallDelta():
-            out.tool_call_delta.CopyFrom(pb.ToolCallDeltaEvent(call_id=p.call_id, delta=p.delta))
-        case ev.ToolCallCompleted():
-            out.tool_call_completed.call.CopyFrom(tool_call(p.call))
-        case ev.ToolExecutionStarted():
-            out.tool_execution_started.CopyFrom(
-                pb.ToolExecutionStartedEvent(call_id=p.call_id, tool_name=p.tool_name)
-            )
-        case ev.ToolExecutionFinished():
-            out.tool_execution_finished.CopyFrom(
-                pb.ToolExecutionFinishedEvent(
-                    call_id=p.call_id, tool_name=p.tool_name, duration_ms=p.duration_ms
-                )
-            )
-        case ev.AssistantMessageCommitted():
-            out.assistant_message_committed.message_id = p.message_id
-        case ev.ToolMessageCommitted():
-            out.tool_message_committed.message_id = p.message_id
-        case ev.UsageRecorded():
-            out.usage_recorded.usage.CopyFrom(usage(p.usage))
-        case ev.RunCompleted():
-            out.run_completed.CopyFrom(
-                pb.RunCompletedEvent(
-                    finish_reason=_finish_reason(p.finish_reason), iterations=p.iterations
-                )
-            )
-        case ev.RunFailed():
-            out.run_failed.error = p.error
-        case ev.RunCancelled():
-            out.run_cancelled.SetInParent()
-        case ev.DoomLoopDetected():
-            out.doom_loop_detected.description = p.description
-        case ev.CompactionCircuitOpened():
-            out.compaction_circuit_opened.consecutive_failures = p.consecutive_failures
-        case ev.CompactionStarted():
-            out.compaction_started.CopyFrom(
-                pb.CompactionStartedEvent(
-                    messages_before=p.messages_before,
-                    estimated_tokens_before=p.estimated_tokens_before,
-                    reason=p.reason,
-                )
-            )
-        case ev.CompactionFinished():
-            out.compaction_finished.CopyFrom(
-                pb.CompactionFinishedEvent(
-                    messages_after=p.messages_after,
-                    estimated_tokens_after=p.estimated_tokens_after,
-                    pruned_only=p.pruned_only,
-                    succeeded=p.succeeded,
-                    error=p.error,
-                )
-            )
-        case _:
-            assert_never(p)
+    payload = value.payload
+    if type(payload) is ev.TextDelta:  # most events are text: the shortest way
+        out.text_delta.delta = payload.delta
+        return out
+    body = getattr(out, ev.kind_of(payload))
+    body.SetInParent()
+    for name in _FIELDS[type(payload)]:
+        field_value = getattr(payload, name)
+        match field_value:
+            case ToolCall():
+                getattr(body, name).CopyFrom(tool_call(field_value))
+            case TokenUsage():
+                getattr(body, name).CopyFrom(usage(field_value))
+            case _:
+                setattr(body, name, field_value)
     return out
+
+
+# Each payload's fields: the names they have in the AgentEvent message of their kind too.
+_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in ev.KINDS}
 
 
 def run_record(run: Run) -> pb.RunRecord:

@@ -142,7 +142,38 @@ Payload = (
     | CompactionFinished
 )
 
+# The stable name of each kind of event: how it is stored (events.kind) and the field of
+# AgentEvent's `event` oneof that carries it. Names never change; a new kind gets a new one.
+KINDS: dict[type[Payload], str] = {
+    RunStarted: "run_started",
+    ContextBuilt: "context_built",
+    ModelStarted: "model_started",
+    TextDelta: "text_delta",
+    ToolCallStarted: "tool_call_started",
+    ToolCallDelta: "tool_call_delta",
+    ToolCallCompleted: "tool_call_completed",
+    ToolExecutionStarted: "tool_execution_started",
+    ToolExecutionFinished: "tool_execution_finished",
+    AssistantMessageCommitted: "assistant_message_committed",
+    ToolMessageCommitted: "tool_message_committed",
+    UsageRecorded: "usage_recorded",
+    RunCompleted: "run_completed",
+    RunFailed: "run_failed",
+    RunCancelled: "run_cancelled",
+    DoomLoopDetected: "doom_loop_detected",
+    CompactionCircuitOpened: "compaction_circuit_opened",
+    CompactionStarted: "compaction_started",
+    CompactionFinished: "compaction_finished",
+}
+PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
+
 TERMINAL = (RunCompleted, RunFailed, RunCancelled)
+TERMINAL_KINDS = frozenset(KINDS[cls] for cls in TERMINAL)
+
+
+def kind_of(payload: Payload) -> str:
+    """The stable name of a payload's kind."""
+    return KINDS[type(payload)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

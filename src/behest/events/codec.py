@@ -1,9 +1,8 @@
-"""Event payloads ⇄ (kind, JSON text) for storage; the kind is the payload class name."""
+"""Event payloads ⇄ (kind, JSON text) for storage; the kind is its stable name (KINDS)."""
 
 from __future__ import annotations
 
 import json
-import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -11,12 +10,10 @@ from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
 
-_KINDS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.Payload)}
-
 
 def encode(payload: ev.Payload) -> tuple[str, str]:
     """Return the payload's kind and its JSON text."""
-    return type(payload).__name__, json.dumps(_plain(payload), separators=(",", ":"))
+    return ev.KINDS[type(payload)], json.dumps(_plain(payload), separators=(",", ":"))
 
 
 def _plain(value: Any) -> Any:
@@ -32,7 +29,7 @@ def _plain(value: Any) -> Any:
 
 def decode(kind: str, text: str) -> ev.Payload:
     """Rebuild a payload stored by `encode`."""
-    cls = _KINDS[kind]
+    cls = ev.PAYLOADS[kind]
     data = json.loads(text)
     for f in fields(cls):
         value = data.get(f.name)
@@ -42,4 +39,4 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[f.name] = TokenUsage(**value)
         elif f.name == "finish_reason":
             data[f.name] = FinishReason(value)
-    return typing.cast(ev.Payload, cls(**data))
+    return cls(**data)
