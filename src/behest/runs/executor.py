@@ -29,16 +29,15 @@ from behest.errors import (
 )
 from behest.events.log import EventLog, RunLog
 from behest.providers.registry import ProviderRegistry
+from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
-from behest.runs.compactor import Compactor
 from behest.runs.creation import commit_creation, new_run
 from behest.runs.ending import Ending, RunEnder
 from behest.runs.leases import Leases, leased_elsewhere
-from behest.runs.loop import AgentLoop, LoopLimits
+from behest.runs.loop import LoopLimits
 from behest.runs.owned import OwnedRun
 from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
-from behest.runs.summariser import Summariser
 from behest.store.base import AppendMessage, Store
 from behest.telemetry import context_from_traceparent, current_trace_ids, tracer
 from behest.tools.registry import ToolRegistry
@@ -70,15 +69,18 @@ class Executor:
     ) -> None:
         self._store = store
         self._log = event_log
-        self._providers = providers
-        self._tools = tools
-        self._limits = limits
+        self._builder = LoopBuilder(
+            store=store,
+            providers=providers,
+            tools=tools,
+            limits=limits,
+            compaction_settings=compaction_settings,
+        )
         self._max_runs = max_concurrent_runs
         self._runs: dict[str, OwnedRun] = {}
         self._accepting = True
         self.leases = Leases(store, node=node_id, lease_s=lease_s)
         self._resume_runs = resume_runs
-        self._compaction_settings = compaction_settings
         self._ender = RunEnder(store, event_log)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -325,9 +327,8 @@ class Executor:
         try:
             if handle.cancel_requested:
                 raise asyncio.CancelledError  # cancelled before its task started
-            loop = self._loop(run, run_log, transcript)
+            loop = await self._builder.loop(run, run_log, transcript)
             progress = loop.progress
-            loop.compactor = await self._compactor(run, run_log)
             outcome = await loop.run(snapshot)
             ending = Ending.completed(outcome.finish_reason, outcome.iterations)
         except asyncio.CancelledError:
@@ -347,31 +348,6 @@ class Executor:
             ending = Ending.cancelled()
         handle.decided = ending.status
         return ending, progress
-
-    def _loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:
-        return AgentLoop(
-            run=run,
-            log=run_log,
-            store=self._store,
-            provider=self._providers.get(run.provider),
-            provider_config=self._providers.config(run.provider),
-            tools=self._tools,
-            limits=self._limits,
-            transcript=transcript,
-        )
-
-    async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
-        """Compaction as configured when the run starts (later updates apply to later runs)."""
-        config = await self._compaction_settings.get()
-        return Compactor(
-            run=run,
-            log=run_log,
-            store=self._store,
-            config=config,
-            context_window=self._providers.model_info(run.provider, run.model).context_window,
-            summarise=Summariser(self._providers, config, run),
-            cooldown_s=self._limits.compaction_cooldown_s,
-        )
 
 
 def _cancelled(run_id: str, final: RunStatus) -> RunStatus:

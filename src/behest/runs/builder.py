@@ -1,0 +1,60 @@
+"""What a run's agent loop is made of: its provider, tools, limits and compaction."""
+
+from __future__ import annotations
+
+from behest.domain.messages import Message
+from behest.domain.runs import Run
+from behest.events.log import RunLog
+from behest.providers.registry import ProviderRegistry
+from behest.runs.compaction_settings import CompactionSettings
+from behest.runs.compactor import Compactor
+from behest.runs.loop import AgentLoop, LoopLimits
+from behest.runs.summariser import Summariser
+from behest.store.base import Store
+from behest.tools.registry import ToolRegistry
+
+
+class LoopBuilder:
+    """Builds the agent loop of a run that starts or resumes in this process."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        providers: ProviderRegistry,
+        tools: ToolRegistry,
+        limits: LoopLimits,
+        compaction_settings: CompactionSettings,
+    ) -> None:
+        self._store = store
+        self._providers = providers
+        self._tools = tools
+        self._limits = limits
+        self._compaction_settings = compaction_settings
+
+    async def loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:
+        """The run's loop, with compaction as configured now (later updates: later runs).
+        Raises InvalidArgument if the run's provider is no longer configured."""
+        return AgentLoop(
+            run=run,
+            log=run_log,
+            store=self._store,
+            provider=self._providers.get(run.provider),
+            provider_config=self._providers.config(run.provider),
+            tools=self._tools,
+            limits=self._limits,
+            compactor=await self._compactor(run, run_log),
+            transcript=transcript,
+        )
+
+    async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
+        config = await self._compaction_settings.get()
+        return Compactor(
+            run=run,
+            log=run_log,
+            store=self._store,
+            config=config,
+            context_window=self._providers.model_info(run.provider, run.model).context_window,
+            summarise=Summariser(self._providers, config, run),
+            cooldown_s=self._limits.compaction_cooldown_s,
+        )
