@@ -251,6 +251,16 @@ async def finished(server: Server, run_id: str) -> list[pb.AgentEvent]:
     return await collect(server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
 
 
+async def streaming(server: Server, run_id: str) -> None:
+    """Wait until the run streams its answer (its first text delta is committed)."""
+    watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
+    async for event in watch:
+        if kind(event) == "text_delta":
+            watch.cancel()
+            return
+    raise AssertionError(f"run {run_id} ended without streaming text")
+
+
 async def slow_run(server: Server, *, deltas: int = 40, delay_ms: int = 25) -> str:
     """Start a `script` run that takes about deltas * delay_ms; its id."""
     text = unique("slow")
@@ -486,7 +496,7 @@ async def test_cancel_of_an_unknown_run_is_not_found(recipes: Recipes) -> None:
 async def test_cancel_of_a_live_run_ends_it_with_run_cancelled(recipes: Recipes) -> None:
     run_id = await slow_run(recipes.server, deltas=400, delay_ms=25)
     watch = asyncio.ensure_future(finished(recipes.server, run_id))
-    await asyncio.sleep(0.2)
+    await streaming(recipes.server, run_id)
     assert not watch.done()
 
     result = await recipes.run("agent.v1.RunService/CancelRun", run_id=run_id)
@@ -521,7 +531,7 @@ async def test_list_snapshots_shows_what_is_running(recipes: Recipes) -> None:
     assert idle.json() == {}
 
     run_id = await slow_run(recipes.server, deltas=40, delay_ms=25)
-    await asyncio.sleep(0.2)
+    await streaming(recipes.server, run_id)
     busy = await recipes.run("agent.v1.SnapshotService/ListSnapshots")
     assert busy.code == 0, busy.stderr
     snapshots = field(busy.json(), "snapshots")
