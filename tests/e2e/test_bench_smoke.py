@@ -32,7 +32,7 @@ def test_quick_bench_writes_every_item(tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert done.returncode == os.EX_OK, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     report = json.loads(out.read_text())
     assert report["mode"] == "quick"
     found = report["items"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 
+from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from tests.support import collect, create_request, kind, script
@@ -112,7 +113,7 @@ async def test_runs_and_events_survive_kill_9_and_restart(tmp_path: Path) -> Non
                 ]
                 assert "".join(text) == "finished after the crash"
                 run = await stub.GetRun(pb.GetRunRequest(run_id=run_id))
-                assert run.run.status == 7
+                assert run.run.status == c.RUN_STATUS_COMPLETED
             snapshots = await rpc.SnapshotServiceStub(channel).ListSnapshots(
                 pb.ListSnapshotsRequest()
             )

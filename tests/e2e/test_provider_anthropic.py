@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,13 +15,14 @@ from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from tests.fakes.anthropic_fake import (
     FakeAnthropic,
-    Reply,
     error_reply,
     message_start,
+    sse_event,
     stream_error_reply,
     text_reply,
     tool_reply,
 )
+from tests.fakes.sse_server import Reply
 from tests.support import (
     Server,
     collect,
@@ -37,7 +37,7 @@ from tests.support import (
 ONE_EVENT_PER_CHUNK = False
 PROVIDER = "fake-anthropic"
 MODEL = "claude-test"
-KEY = f"sk-ant-test-{uuid.uuid4().hex}"
+KEY = "sk-ant-test-3c5e8a1f9b2d4e7a8c6f0b1d2e3a4c5f"
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def text_after_last_start(events: list[pb.AgentEvent]) -> str:
 async def test_a_text_answer_streams_the_documented_events(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(text_reply("Hello", ", ", "world", input_tokens=21, output_tokens=9))
+    fake.push(text_reply("Hello", ", ", "world", input_tokens=21, output_tokens=9))
     events = await run(server, "Say hello")
     assert kinds(events) == [
         "run_started",
@@ -123,7 +123,7 @@ async def test_a_text_answer_streams_the_documented_events(
 async def test_two_tool_calls_with_fragmented_input_run_and_return_their_results(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(
+    fake.push(
         tool_reply(
             ("toolu_01A", "calculator", ['{"expres', 'sion": "2', '*21"}']),
             ("toolu_01B", "calculator", ['{"expression"', ': "1+1"}']),
@@ -166,7 +166,7 @@ async def test_two_tool_calls_with_fragmented_input_run_and_return_their_results
     assert kind(events[-1]) == "run_completed"
     assert events[-1].run_completed.iterations == 2
 
-    second = fake.requests[1].body
+    second = fake.bodies[1]
     assert second["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "What are 2*21 and 1+1?"}]},
         {
@@ -210,7 +210,7 @@ async def test_two_tool_calls_with_fragmented_input_run_and_return_their_results
 async def test_a_429_waits_for_retry_after_and_announces_the_model_call_again(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(
+    fake.push(
         error_reply(429, "rate_limit_error", "Number of requests exceeded", {"retry-after": "1"}),
         text_reply("after ", "the wait"),
     )
@@ -222,7 +222,7 @@ async def test_a_429_waits_for_retry_after_and_announces_the_model_call_again(
 
 
 async def test_a_529_overloaded_is_retried(server: Server, fake: FakeAnthropic) -> None:
-    fake.script(error_reply(529, "overloaded_error", "Overloaded"), text_reply("fine now"))
+    fake.push(error_reply(529, "overloaded_error", "Overloaded"), text_reply("fine now"))
     events = await run(server, "hello")
     assert started_iterations(events) == [1, 1]
     assert kind(events[-1]) == "run_completed"
@@ -231,7 +231,7 @@ async def test_a_529_overloaded_is_retried(server: Server, fake: FakeAnthropic) 
 async def test_an_error_event_inside_the_stream_is_retried(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(stream_error_reply("partial "), text_reply("whole answer"))
+    fake.push(stream_error_reply("partial "), text_reply("whole answer"))
     events = await run(server, "hello")
     assert started_iterations(events) == [1, 1]
     assert text_after_last_start(events) == "whole answer"
@@ -241,7 +241,7 @@ async def test_an_error_event_inside_the_stream_is_retried(
 async def test_a_500_on_every_attempt_fails_the_run_naming_provider_and_cause(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(*[error_reply(500, "api_error", "Internal server error")] * 3, text_reply("no"))
+    fake.push(*[error_reply(500, "api_error", "Internal server error")] * 3, text_reply("no"))
     events = await run(server, "hello")
     assert started_iterations(events) == [1, 1, 1]
     assert len(fake.requests) == 3
@@ -257,7 +257,7 @@ async def test_a_401_fails_at_once_and_the_key_is_in_no_event_and_no_log(
     server: Server, fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    fake.script(
+    fake.push(
         error_reply(401, "authentication_error", "invalid x-api-key"), text_reply("never sent")
     )
     events = await run(server, "hello")
@@ -278,7 +278,7 @@ async def test_a_stream_cut_mid_answer_is_retried_and_the_final_text_is_complete
 ) -> None:
     answer = text_reply("The ", "answer ", "is ", "42")
     # message_start, ping, content_block_start, "The ", "answer ", then the connection closes.
-    fake.script(Reply(events=answer.events, cut_after=5), answer)
+    fake.push(Reply(events=answer.events, cut_after=5), answer)
     events = await run(server, "hello")
     assert started_iterations(events) == [1, 1]
     first = kinds(events).index("model_started")
@@ -298,7 +298,7 @@ async def test_a_stream_cut_mid_answer_is_retried_and_the_final_text_is_complete
 async def test_cancel_during_a_slow_stream_closes_the_connection(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(text_reply(*[f"w{i} " for i in range(50)], pause_s=0.2))
+    fake.push(text_reply(*[f"w{i} " for i in range(50)], delay_s=0.2))
     stream = server.runs.CreateRunStream(request("go slowly"))
     seen = []
     async for event in stream:
@@ -310,14 +310,14 @@ async def test_cancel_during_a_slow_stream_closes_the_connection(
     rest = [event async for event in stream]
     assert time.monotonic() - began < 1.0
     assert kind(rest[-1]) == "run_cancelled"
-    await asyncio.wait_for(fake.closed_early.wait(), timeout=2.0)
+    await asyncio.wait_for(fake.disconnected.wait(), timeout=2.0)
     assert fake.requests[0].closed_early
 
 
 async def test_the_request_maps_instructions_tools_choice_and_limits(
     server: Server, fake: FakeAnthropic
 ) -> None:
-    fake.script(text_reply("ok"))
+    fake.push(text_reply("ok"))
     events = await run(
         server,
         "Add 1 and 2",
@@ -327,7 +327,7 @@ async def test_the_request_maps_instructions_tools_choice_and_limits(
     )
     assert kind(events[-1]) == "run_completed"
     sent = fake.requests[0]
-    body = sent.body
+    body = fake.bodies[0]
     assert body["model"] == MODEL
     assert body["stream"] is True
     assert body["max_tokens"] == 256
@@ -356,11 +356,11 @@ async def test_a_stream_event_of_an_unexpected_shape_is_retried_then_fails_in_pl
     broken = Reply(
         events=(
             message_start(10),
-            ("message_delta", {"type": "message_delta", "delta": {}, "usage": usage}),
-            ("message_stop", {"type": "message_stop"}),
+            sse_event({"type": "message_delta", "delta": {}, "usage": usage}),
+            sse_event({"type": "message_stop"}),
         )
     )
-    fake.script(broken, broken, broken, text_reply("never"))
+    fake.push(broken, broken, broken, text_reply("never"))
     events = await run(server, "hello")
     assert started_iterations(events) == [1, 1, 1]
     error = events[-1].run_failed.error
@@ -372,12 +372,12 @@ async def test_a_tool_use_with_input_nested_deep_is_an_error_result_and_the_run_
     server: Server, fake: FakeAnthropic
 ) -> None:
     deep = "[" * 3000 + "]" * 3000
-    fake.script(tool_reply(("toolu_deep", "calculator", [deep])), text_reply("Recovered."))
+    fake.push(tool_reply(("toolu_deep", "calculator", [deep])), text_reply("Recovered."))
     events = await run(server, "hello")
     assert kind(events[-1]) == "run_completed"
     results = [
         block
-        for message in fake.requests[1].body["messages"]
+        for message in fake.bodies[1]["messages"]
         for block in message["content"]
         if isinstance(block, dict) and block.get("type") == "tool_result"
     ]

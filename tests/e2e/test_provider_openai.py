@@ -29,12 +29,8 @@ Start = Callable[..., Awaitable[Server]]
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+    async with FakeOpenAI() as running:
+        yield running
 
 
 @pytest.fixture
@@ -243,6 +239,7 @@ async def test_a_401_fails_at_once_and_the_key_appears_nowhere(
         text("never sent"),
     )
     events = await run(server)
+    assert caplog.records
     assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
     assert len(fake.requests) == 1
     assert iterations_started(events) == [1]

@@ -59,7 +59,9 @@ async def test_every_event_carries_the_run_id_and_one_trace_id(server: Server) -
     assert re.fullmatch(r"[0-9a-f]{32}", events[0].trace_id)
     assert all(re.fullmatch(r"[0-9a-f]{16}", e.span_id) for e in events)
     model_spans = {e.span_id for e in events if kind(e) in ("text_delta", "model_started")}
-    assert events[0].span_id not in {e.span_id for e in events if kind(e) == "text_delta"}
+    delta_spans = {e.span_id for e in events if kind(e) == "text_delta"}
+    assert delta_spans
+    assert events[0].span_id not in delta_spans
     assert model_spans
 
 

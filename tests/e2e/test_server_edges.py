@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from tests.e2e.test_crash import server_process
@@ -93,7 +94,7 @@ async def test_sigterm_leaves_runs_resumable_and_the_next_start_finishes_them(
                     break
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(15):
-                assert await process.wait() == 0
+                assert await process.wait() == os.EX_OK
     async with server_process(tmp_path) as (_, address):
         async with grpc.aio.insecure_channel(address) as channel:
             stub = rpc.RunServiceStub(channel)
@@ -122,12 +123,12 @@ async def test_cli_run_streams_the_answer_and_prints_the_run_id(server: Server) 
         env={**os.environ, "NO_COLOR": "1"},
     )
     out, err = await process.communicate()
-    assert process.returncode == 0, err.decode()
+    assert process.returncode == os.EX_OK, err.decode()
     assert "hello from the command line" in out.decode()
     assert "run " in err.decode()
     run_id = err.decode().split("run ", 1)[1].split()[0]
     fetched = await server.runs.GetRun(pb.GetRunRequest(run_id=run_id))
-    assert fetched.run.status == 7
+    assert fetched.run.status == c.RUN_STATUS_COMPLETED
 
 
 async def test_cli_watch_resumes_after_a_sequence(server: Server) -> None:
@@ -146,7 +147,7 @@ async def test_cli_watch_resumes_after_a_sequence(server: Server) -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await process.communicate()
-    assert process.returncode == 0, err.decode()
+    assert process.returncode == os.EX_OK, err.decode()
     shown = out.decode()
     assert "later" in shown
     assert "watch " not in shown  # deltas 1..4 (RunStarted … first word) are not replayed

@@ -4,7 +4,8 @@ Replies use the wire format of OpenAI's API reference: `data: {chat.completion.c
 events, a final usage chunk with `choices: []` (the request asks for include_usage), then
 `data: [DONE]`; errors are JSON `{"error": {message, type, param, code}}` bodies.
 
-    fake.push(text("Hello there."), error(429, "slow down", headers={"retry-after": "1"}))
+    async with FakeOpenAI() as fake:
+        fake.push(text("Hello there."), error(429, "slow down", headers={"retry-after": "1"}))
 """
 
 from __future__ import annotations
@@ -24,14 +25,7 @@ class FakeOpenAI(SSEServer):
     """The fake server; `url` + "/v1" is the base_url to configure."""
 
     def __init__(self) -> None:
-        super().__init__(_nothing_scripted)
-
-    @property
-    def bodies(self) -> list[dict[str, Any]]:
-        """The JSON bodies of the chat completion requests, in order."""
-        assert all(r.method == "POST" for r in self.requests)
-        assert all(r.path == "/v1/chat/completions" for r in self.requests)
-        return [r.json() for r in self.requests]
+        super().__init__(_nothing_scripted, path="/v1/chat/completions")
 
 
 def text(

@@ -43,6 +43,7 @@ from behest.providers.base import (
     ToolDefinition,
 )
 from behest.providers.config import ProviderConfig
+from tests.fakes.anthropic_fake import message_object
 
 KEY = "sk-ant-unit-secret"
 
@@ -226,17 +227,8 @@ def feed(decoder: StreamDecoder, *events: Any) -> list[Any]:
 
 
 def start(input_tokens: int = 10, **usage: int) -> RawMessageStartEvent:
-    message: dict[str, Any] = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "content": [],
-        "model": "claude-test",
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1, **usage},
-    }
-    return RawMessageStartEvent.model_validate({"type": "message_start", "message": message})
+    started = {"type": "message_start", "message": message_object(input_tokens, **usage)}
+    return RawMessageStartEvent.model_validate(started)
 
 
 def block(index: int, content: dict[str, Any]) -> RawContentBlockStartEvent:

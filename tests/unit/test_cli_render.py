@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import io
+import os
 from typing import Any
 
 from behest._proto.agent.v1 import common_pb2, run_pb2
 from behest.cli import EventPrinter, format_output, format_run, format_runs
 
 Payload = dict[str, Any]  # {oneof field name of AgentEvent: its message}
+
+# `behest run` and `behest watch` exit with these after the run's terminal event.
+EXIT_COMPLETED = os.EX_OK
+EXIT_NOT_COMPLETED = 1  # the run failed or was cancelled
 
 
 def events(*payloads: Payload, run_id: str = "run-1") -> list[run_pb2.AgentEvent]:
@@ -57,7 +62,7 @@ def test_text_run_prints_text_inline_then_the_outcome() -> None:
     )
     assert out == "hello world\n✓ completed (stop, 1 iteration)\n"
     assert err == "run run-1  session sess-1\n"
-    assert printer.exit_code == 0
+    assert printer.exit_code == EXIT_COMPLETED
     assert printer.run_id == "run-1"
     assert printer.last_sequence == 8
 
@@ -112,13 +117,13 @@ def test_failed_run_prints_the_error_and_exits_1() -> None:
     failed = run_pb2.RunFailedEvent(error="provider 'local': unavailable (503)")
     out, _, printer = render(events(model(1), text("so far"), {"run_failed": failed}))
     assert out == "so far\n✗ failed: provider 'local': unavailable (503)\n"
-    assert printer.exit_code == 1
+    assert printer.exit_code == EXIT_NOT_COMPLETED
 
 
 def test_cancelled_run_exits_1() -> None:
     out, _, printer = render(events({"run_cancelled": run_pb2.RunCancelledEvent()}))
     assert out == "✗ cancelled\n"
-    assert printer.exit_code == 1
+    assert printer.exit_code == EXIT_NOT_COMPLETED
 
 
 def test_no_terminal_event_leaves_the_exit_code_unset() -> None:

@@ -49,4 +49,4 @@ def test_a_two_cycle_repeated_twice_is_not_a_loop() -> None:
 
 def test_a_five_cycle_is_not_caught() -> None:
     cycle = [(name, "{}") for name in "abcde"]
-    assert all(r is None for r in feed(*(cycle * 3)))
+    assert feed(*(cycle * 3)) == [None] * 15

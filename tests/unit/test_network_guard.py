@@ -28,3 +28,6 @@ def test_loopback_is_allowed() -> None:
         server.listen()
         with socket.socket() as client:
             client.connect(server.getsockname())
+            accepted, peer = server.accept()
+            with accepted:
+                assert peer == client.getsockname()

@@ -322,12 +322,8 @@ def test_retry_after_as_an_http_date() -> None:
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+    async with FakeOpenAI() as running:
+        yield running
 
 
 @pytest.fixture
