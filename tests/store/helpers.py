@@ -1,20 +1,19 @@
-"""Builders for the store suite: requests, events, messages and snapshots with fresh ids."""
+"""Builders for the store suite: requests, creations, events, messages and snapshots with
+fresh ids. They use the Store protocol only, and create runs the way production does."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-import sqlalchemy as sa
-from sqlalchemy import Connection
-
+from behest.domain.compaction import CircuitBreakerState
 from behest.domain.events import Event, Payload, RunStarted
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
-from behest.store.base import AppendEvent, UpdateRun, Write
-from behest.store.sql import tables as t
-from behest.store.sql.store import SqlStore
+from behest.runs import start
+from behest.store.base import AppendEvent, NewRun, Store, UpdateRun, Write
 
 IDENTITY = "test-identity"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -49,23 +48,76 @@ def request(
     )
 
 
-async def create(
-    store: SqlStore,
+def no_first_step(run: Run, position: int) -> list[Write]:
+    """A creation's first step that writes nothing: the test writes the run's events and
+    messages itself, from sequence 1 and position 0."""
+    return []
+
+
+def real_first_step(run: Run, position: int) -> list[Write]:
+    """The first step production commits with a creation: RunStarted, the user's message,
+    the SESSION_LOADED snapshot."""
+    return start.first_step(run, position, trace_id=TRACE_ID, span_id=SPAN_ID)
+
+
+def new_run(
     req: RunRequest | None = None,
     *,
     run_id: str | None = None,
     identity: str = IDENTITY,
     now: datetime | None = None,
-) -> Run:
-    """Create a run that must be new, and return it."""
-    created = await store.create_run(
-        req or request(),
+    owner: str = "",
+    lease_until: datetime | None = None,
+    first_step: Callable[[Run, int], list[Write]] = no_first_step,
+) -> NewRun:
+    """A creation as the executor hands it to the event log (`EventLog.create`)."""
+    return NewRun(
+        request=req or request(),
         run_id=run_id or new_id(),
         identity=identity,
         now=now or at(),
         traceparent=TRACEPARENT,
+        owner=owner,
+        lease_until=lease_until,
+        first_step=first_step,
     )
+
+
+async def create_outcome(store: Store, new: NewRun) -> tuple[CreatedRun, list[Write]]:
+    """Create through `Store.apply_batch`, the one creation path; raises a refusal."""
+    [result] = await store.apply_batch([new])
+    if isinstance(result, BaseException):
+        raise result
+    assert result is not None, "a creation's result is its outcome"
+    return result
+
+
+async def create(
+    store: Store,
+    req: RunRequest | None = None,
+    *,
+    run_id: str | None = None,
+    identity: str = IDENTITY,
+    now: datetime | None = None,
+    owner: str = "",
+    lease_until: datetime | None = None,
+    first_step: Callable[[Run, int], list[Write]] = no_first_step,
+) -> Run:
+    """Create a run that must be new, and return it as stored."""
+    new = new_run(
+        req,
+        run_id=run_id,
+        identity=identity,
+        now=now,
+        owner=owner,
+        lease_until=lease_until,
+        first_step=first_step,
+    )
+    created, _ = await create_outcome(store, new)
     assert created.created
+    assert created.run.id == new.run_id
+    stored = await store.get_run(created.run.id)
+    assert stored == created.run, "a creation's outcome is the run as stored"
     return created.run
 
 
@@ -88,7 +140,7 @@ def update(
     )
 
 
-async def finish(store: SqlStore, run_id: str, status: RunStatus = RunStatus.COMPLETED) -> None:
+async def finish(store: Store, run_id: str, status: RunStatus = RunStatus.COMPLETED) -> None:
     """End a run with a terminal UpdateRun, which frees its session."""
     await store.apply([update(run_id, status, finish_reason=FinishReason.STOP)])
 
@@ -156,19 +208,14 @@ def snapshot(
     )
 
 
-async def trip_circuit_breaker(store: SqlStore, *, failures: int) -> datetime:
-    """Open the breaker directly in the database (the Store protocol only reads it).
+async def trip_circuit_breaker(store: Store, *, failures: int) -> datetime:
+    """Open the breaker with `failures` consecutive failed compactions, the last one now.
 
     Returns when it opened.
     """
     opened_at = at()
-    values = {"consecutive_failures": failures, "opened_at": opened_at}
-
-    def trip(conn: Connection) -> None:
-        breaker = t.circuit_breaker
-        updated = conn.execute(sa.update(breaker).where(breaker.c.id == 1).values(**values))
-        if updated.rowcount == 0:
-            conn.execute(sa.insert(breaker).values(id=1, **values))
-
-    await store.engines.writer.write(trip)
+    await store.record_compaction(succeeded=True, threshold=failures, now=opened_at)
+    for _ in range(failures):
+        breaker = await store.record_compaction(succeeded=False, threshold=failures, now=opened_at)
+    assert breaker == CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
     return opened_at

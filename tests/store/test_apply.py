@@ -92,7 +92,7 @@ async def test_batch_with_a_duplicate_sequence_fails_whole_and_keeps_earlier_eve
     assert await store.last_sequence(run.id) == 2
     assert await store.read_events(other.id, after=0, limit=10) == []
     assert await store.session_messages(run.session_id) == []
-    assert (await store.get_run(run.id)).status == RunStatus.PENDING  # type: ignore[union-attr]
+    assert await store.get_run(run.id) == run  # as created: SESSION_LOADED, no progress
     assert await store.get_snapshot(run.id) is None
 
 

@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-import functools
-
 from behest.domain.runs import CreatedRun, RunStatus
 from behest.errors import Aborted, NotFound
-from behest.runs.start import first_step
 from behest.store.base import NewRun
 from behest.store.sql.store import SqlStore
+from tests.store import helpers
 from tests.store.helpers import (
-    IDENTITY,
-    SPAN_ID,
     TRACE_ID,
-    TRACEPARENT,
     at,
     create,
     events,
     finish,
     new_id,
+    real_first_step,
     request,
 )
 
 
 def new_run(session_id: str | None = None, *, key: str = "", text: str = "hi") -> NewRun:
-    return NewRun(
-        request=request(session_id=session_id, client_request_id=key, input=text),
-        run_id=new_id(),
-        identity=IDENTITY,
-        now=at(),
-        traceparent=TRACEPARENT,
+    """A creation with production's first step, claimed by node-1."""
+    return helpers.new_run(
+        request(session_id=session_id, client_request_id=key, input=text),
         owner="node-1",
         lease_until=at(30),
-        first_step=functools.partial(first_step, trace_id=TRACE_ID, span_id=SPAN_ID),
+        first_step=real_first_step,
     )
 
 

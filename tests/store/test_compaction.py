@@ -13,30 +13,31 @@ from behest.store.sql.store import SqlStore
 from tests.store.helpers import trip_circuit_breaker
 
 
-def _some_config() -> CompactionConfig:
-    pick = random.Random()
+def _some_config(seed: int) -> CompactionConfig:
+    """A configuration unlike the default, the same for the same seed."""
+    pick = random.Random(seed)
     return CompactionConfig(
         auto=pick.choice([True, False]),
         prune=pick.choice([True, False]),
         buffer_tokens=pick.randrange(1, 999_999_999),
         keep_tokens=pick.randrange(1, 999_999_999),
         tail_turns=pick.randrange(1, 50),
-        model="summary-model",
+        model=f"summary-model-{seed}",
         provider="local",
         circuit_breaker_threshold=pick.randrange(1, 10),
     )
 
 
 async def test_put_compaction_config_then_get_returns_it(store: SqlStore) -> None:
-    config = _some_config()
+    # Two in turn, so that what an earlier test left cannot pass for what this one put.
+    for config in (_some_config(1), _some_config(2)):
+        await store.put_compaction_config(config)
 
-    await store.put_compaction_config(config)
-
-    assert await store.get_compaction_config() == config
+        assert await store.get_compaction_config() == config
 
 
 async def test_put_compaction_config_replaces_the_previous_one(store: SqlStore) -> None:
-    await store.put_compaction_config(_some_config())
+    await store.put_compaction_config(_some_config(3))
     latest = CompactionConfig(
         auto=False,
         prune=True,
@@ -57,7 +58,7 @@ async def test_put_compaction_config_closes_an_open_circuit_breaker(store: SqlSt
     await trip_circuit_breaker(store, failures=5)
     assert (await store.get_circuit_breaker()).is_open(now=datetime.now(UTC), cooldown_s=3600)
 
-    await store.put_compaction_config(_some_config())
+    await store.put_compaction_config(_some_config(4))
 
     breaker = await store.get_circuit_breaker()
     assert breaker == CircuitBreakerState(consecutive_failures=0, opened_at=None)
@@ -76,7 +77,7 @@ async def test_circuit_breaker_reads_back_failures_and_when_it_opened(store: Sql
 async def test_record_compaction_opens_at_the_threshold_and_a_success_closes_it(
     store: SqlStore,
 ) -> None:
-    await store.put_compaction_config(_some_config())  # a known, closed breaker
+    await store.put_compaction_config(_some_config(5))  # a known, closed breaker
     now = datetime.now(UTC)
     first = await store.record_compaction(succeeded=False, threshold=2, now=now)
     assert (first.consecutive_failures, first.opened_at) == (1, None)

@@ -1,61 +1,112 @@
-"""client_request_id makes run creation idempotent, per identity (SEMANTICS §4)."""
+"""client_request_id makes run creation idempotent, per identity (SEMANTICS §4).
+
+Every creation here goes the way production sends it: `EventLog.create` → `Store.apply_batch`.
+Races run two stores on one database (two engines, as two replicas or processes would have),
+each with its own event log.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from behest.domain.runs import CreatedRun, RunStatus
+from behest.domain.events import RunStarted
+from behest.domain.messages import Role
+from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.errors import AlreadyExists
+from behest.events.log import EventLog
+from behest.store.base import Write
 from behest.store.sql.store import SqlStore
-from tests.store.helpers import IDENTITY, TRACEPARENT, at, create, finish, new_id, request
+from tests.store.conftest import OpenStore
+from tests.store.helpers import IDENTITY, create, finish, new_id, new_run, real_first_step, request
+
+OpenLog = Callable[[SqlStore], Awaitable[EventLog]]
+ROUNDS = 10
+
+
+@pytest.fixture
+async def open_log() -> AsyncIterator[OpenLog]:
+    """Start an event log (the group-commit writer) over a store; all are stopped."""
+    opened: list[EventLog] = []
+
+    async def open_(store: SqlStore) -> EventLog:
+        log = EventLog(store, batch_max=500, window_s=0.0)
+        opened.append(log)
+        await log.start()
+        return log
+
+    try:
+        yield open_
+    finally:
+        for log in opened:
+            await log.stop()
+
+
+@pytest.fixture
+async def log(store: SqlStore, open_log: OpenLog) -> EventLog:
+    return await open_log(store)
+
+
+@pytest.fixture
+async def two_logs(store: SqlStore, open_store: OpenStore, open_log: OpenLog) -> list[EventLog]:
+    """Event logs over two stores on the same database."""
+    return [await open_log(store), await open_log(await open_store())]
 
 
 async def _create(
-    store: SqlStore, *, key: str, identity: str = IDENTITY, **fields: str | None
-) -> CreatedRun:
-    return await store.create_run(
-        request(client_request_id=key, **fields),  # type: ignore[arg-type]
-        run_id=new_id(),
-        identity=identity,
-        now=at(),
-        traceparent=TRACEPARENT,
-    )
+    log: EventLog, req: RunRequest, *, identity: str = IDENTITY
+) -> tuple[CreatedRun, list[Write]]:
+    return await log.create(new_run(req, identity=identity, first_step=real_first_step))
 
 
-async def test_same_key_and_request_returns_the_same_run(store: SqlStore) -> None:
+def _keyed(key: str, **fields: str | None) -> RunRequest:
+    return request(client_request_id=key, **fields)  # type: ignore[arg-type]
+
+
+async def _assert_one_run_with_one_first_step(store: SqlStore, run: Run) -> None:
+    """The run is stored once, its first step committed once: RunStarted, one user message."""
+    assert await store.get_run(run.id) == run
+    [started] = await store.read_events(run.id, after=0, limit=10)
+    assert (started.sequence, type(started.payload)) == (1, RunStarted)
+    mine = await store.run_messages(run.id)
+    assert [(m.role, m.text) for m in mine] == [(Role.USER, run.input)]
+
+
+async def test_same_key_and_request_returns_the_same_run(store: SqlStore, log: EventLog) -> None:
     key = new_id()
-    first = await _create(store, key=key)
+    first, first_step = await _create(log, _keyed(key))
 
-    again = await _create(store, key=key)
+    again, again_step = await _create(log, _keyed(key))
 
-    assert first.created
-    assert not again.created
+    assert first.created and len(first_step) == 3
+    assert not again.created and again_step == []
     assert again.run == first.run
+    await _assert_one_run_with_one_first_step(store, first.run)
 
 
 async def test_same_key_on_a_busy_session_returns_the_run_instead_of_aborting(
-    store: SqlStore,
+    store: SqlStore, log: EventLog
 ) -> None:
     earlier = await create(store)
     await finish(store, earlier.id)
     key = new_id()
-    first = await _create(store, key=key, session_id=earlier.session_id)
+    first, _ = await _create(log, _keyed(key, session_id=earlier.session_id))
 
-    again = await _create(store, key=key, session_id=earlier.session_id)
+    again, _ = await _create(log, _keyed(key, session_id=earlier.session_id))
 
     assert not again.created
     assert again.run.id == first.run.id
     assert again.run.session_id == earlier.session_id
 
 
-async def test_same_key_returns_the_run_after_it_ended(store: SqlStore) -> None:
+async def test_same_key_returns_the_run_after_it_ended(store: SqlStore, log: EventLog) -> None:
     key = new_id()
-    first = await _create(store, key=key)
+    first, _ = await _create(log, _keyed(key))
     await finish(store, first.run.id, RunStatus.FAILED)
 
-    again = await _create(store, key=key)
+    again, _ = await _create(log, _keyed(key))
 
     assert not again.created
     assert again.run.id == first.run.id
@@ -68,70 +119,99 @@ async def test_same_key_returns_the_run_after_it_ended(store: SqlStore) -> None:
     ids=["input", "model", "metadata"],
 )
 async def test_same_key_with_a_different_request_is_already_exists_naming_the_run(
-    store: SqlStore, changed: dict[str, str]
+    store: SqlStore, log: EventLog, changed: dict[str, str]
 ) -> None:
     key = new_id()
-    first = await _create(store, key=key)
+    first, _ = await _create(log, _keyed(key))
 
     with pytest.raises(AlreadyExists, match=first.run.id):
-        await _create(store, key=key, **changed)
+        await _create(log, _keyed(key, **changed))
 
     runs = await store.list_runs(session_id=first.run.session_id, status=None, limit=10, offset=0)
     assert [r.id for r in runs] == [first.run.id]
 
 
-async def test_same_key_under_another_identity_is_independent(store: SqlStore) -> None:
+async def test_same_key_under_another_identity_is_independent(log: EventLog) -> None:
     key = new_id()
-    mine = await _create(store, key=key, identity="alice")
+    mine, _ = await _create(log, _keyed(key), identity="alice")
 
-    theirs = await _create(store, key=key, identity="bob", input="a different request")
+    theirs, _ = await _create(log, _keyed(key, input="a different request"), identity="bob")
 
     assert mine.created and theirs.created
     assert theirs.run.id != mine.run.id
     assert theirs.run.input == "a different request"
 
 
-async def test_two_identical_requests_racing_create_one_run(store: SqlStore) -> None:
-    key = new_id()
-    run_ids = [new_id(), new_id()]
-
-    outcomes = await asyncio.gather(
-        *(
-            store.create_run(
-                request(client_request_id=key),
-                run_id=run_id,
-                identity=IDENTITY,
-                now=at(),
-                traceparent=TRACEPARENT,
-            )
-            for run_id in run_ids
+async def test_two_stores_racing_with_one_key_create_one_run(
+    store: SqlStore, two_logs: list[EventLog]
+) -> None:
+    for _ in range(ROUNDS):
+        key = new_id()
+        # Each store's log gets two twins (usually one batch) and races the other store.
+        creations = [new_run(_keyed(key), first_step=real_first_step) for _ in range(4)]
+        outcomes = await asyncio.gather(
+            *(two_logs[i % 2].create(new) for i, new in enumerate(creations))
         )
-    )
 
-    assert sorted(o.created for o in outcomes) == [False, True]
-    assert outcomes[0].run == outcomes[1].run
-    winner = outcomes[0].run.id
-    assert winner in run_ids
-    (loser,) = set(run_ids) - {winner}
-    assert await store.get_run(loser) is None
-    runs = await store.list_runs(
-        session_id=outcomes[0].run.session_id, status=None, limit=10, offset=0
-    )
-    assert [r.id for r in runs] == [winner]
+        assert sorted(created.created for created, _ in outcomes) == [False, False, False, True]
+        winner = next(created.run for created, _ in outcomes if created.created)
+        assert all(created.run == winner for created, _ in outcomes)
+        assert [len(writes) for created, writes in outcomes if not created.created] == [0] * 3
+        proposed = {new.run_id for new in creations}
+        assert winner.id in proposed
+        for lost in proposed - {winner.id}:
+            assert await store.get_run(lost) is None
+        runs = await store.list_runs(session_id=winner.session_id, status=None, limit=10, offset=0)
+        assert [r.id for r in runs] == [winner.id]
+        await _assert_one_run_with_one_first_step(store, winner)
+        # A different request with the key is refused by either store, naming the run.
+        for log in two_logs:
+            with pytest.raises(AlreadyExists, match=winner.id):
+                await _create(log, _keyed(key, input="a different request"))
 
 
-async def test_many_identical_requests_racing_on_a_session_create_one_run(
-    store: SqlStore,
+async def test_a_different_request_racing_identical_ones_on_two_stores(
+    store: SqlStore, two_logs: list[EventLog]
+) -> None:
+    for _ in range(ROUNDS):
+        key = new_id()
+        same = [new_run(_keyed(key), first_step=real_first_step) for _ in range(3)]
+        other = new_run(_keyed(key, input="a different request"), first_step=real_first_step)
+        creations = [same[0], other, same[1], same[2]]
+        outcomes = await asyncio.gather(
+            *(two_logs[i % 2].create(new) for i, new in enumerate(creations)),
+            return_exceptions=True,
+        )
+
+        made = [o[0] for o in outcomes if isinstance(o, tuple)]
+        refused = [o for o in outcomes if isinstance(o, BaseException)]
+        [winner] = [created.run for created in made if created.created]
+        assert all(created.run == winner for created in made)
+        assert all(isinstance(e, AlreadyExists) and winner.id in str(e) for e in refused), refused
+        if winner.id == other.run_id:  # the different request won: the three are refused
+            assert (len(made), len(refused)) == (1, 3)
+        else:  # one of the three won: the others found it, the different one is refused
+            assert (len(made), len(refused)) == (3, 1)
+        for lost in {new.run_id for new in creations} - {winner.id}:
+            assert await store.get_run(lost) is None
+        await _assert_one_run_with_one_first_step(store, winner)
+
+
+async def test_two_stores_racing_with_one_key_on_a_session_create_one_run(
+    store: SqlStore, two_logs: list[EventLog]
 ) -> None:
     earlier = await create(store)
     await finish(store, earlier.id)
     key = new_id()
+    req = _keyed(key, session_id=earlier.session_id)
 
-    outcomes = await asyncio.gather(
-        *(_create(store, key=key, session_id=earlier.session_id) for _ in range(8))
-    )
+    outcomes = await asyncio.gather(*(_create(two_logs[i % 2], req) for i in range(8)))
 
-    assert sum(o.created for o in outcomes) == 1
-    assert len({o.run.id for o in outcomes}) == 1
+    assert sum(created.created for created, _ in outcomes) == 1
+    assert len({created.run.id for created, _ in outcomes}) == 1
+    winner = outcomes[0][0].run
     runs = await store.list_runs(session_id=earlier.session_id, status=None, limit=20, offset=0)
-    assert [r.id for r in runs] == [outcomes[0].run.id, earlier.id]
+    assert [r.id for r in runs] == [winner.id, earlier.id]
+    # The user message follows the session's transcript, written once.
+    assert [m.position for m in await store.session_messages(earlier.session_id)] == [0]
+    await _assert_one_run_with_one_first_step(store, winner)

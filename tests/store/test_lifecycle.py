@@ -10,13 +10,20 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from behest.domain.runs import RunStatus
 from behest.errors import Aborted
 from behest.store.base import AppendEvent
 from behest.store.sql import tables as t
 from behest.store.sql.store import MIGRATIONS, SqlStore
 from tests.store.conftest import OpenStore
-from tests.store.helpers import IDENTITY, TRACEPARENT, at, create, event, events, new_id, request
+from tests.store.helpers import (
+    create,
+    create_outcome,
+    event,
+    events,
+    new_id,
+    new_run,
+    request,
+)
 
 
 def _head_revision() -> str:
@@ -66,16 +73,11 @@ async def test_idempotency_key_survives_a_restart(store: SqlStore, open_store: O
     await store.close()
     reopened = await open_store()
 
-    again = await reopened.create_run(
-        request(client_request_id=key),
-        run_id=new_id(),
-        identity=IDENTITY,
-        now=at(),
-        traceparent=TRACEPARENT,
-    )
+    again, writes = await create_outcome(reopened, new_run(request(client_request_id=key)))
 
     assert not again.created
-    assert again.run.id == first.id
+    assert again.run == first
+    assert writes == []
 
 
 async def test_busy_session_stays_busy_across_a_restart(
@@ -87,19 +89,27 @@ async def test_busy_session_stays_busy_across_a_restart(
 
     with pytest.raises(Aborted, match=run.id):
         await create(reopened, request(session_id=run.session_id))
-    assert (await reopened.get_run(run.id)).status == RunStatus.PENDING  # type: ignore[union-attr]
+    assert await reopened.get_run(run.id) == run
 
 
 async def test_start_runs_migrations_again_without_error(
     store: SqlStore, open_store: OpenStore
 ) -> None:
+    before = await create(store)
+    await store.apply(events(before.id, 1, 2))
+
     await store.start()
     second = await open_store()
     third = await open_store()
 
     for opened in (store, second, third):
         assert await _schema_revision(opened) == _head_revision()
-    await create(third)
+    after = await create(third)
+    for opened in (store, second, third):
+        # Migrating again kept what was there, and each store sees what another wrote.
+        assert await opened.get_run(before.id) == before
+        assert await opened.last_sequence(before.id) == 2
+        assert await opened.get_run(after.id) == after
 
 
 async def test_stores_starting_at_once_all_come_up(open_store: OpenStore) -> None:
@@ -110,9 +120,18 @@ async def test_stores_starting_at_once_all_come_up(open_store: OpenStore) -> Non
     assert await asyncio.gather(*(s.last_sequence(new_id()) for s in stores)) == [0, 0, 0, 0]
 
 
-async def test_close_twice_is_harmless(store: SqlStore) -> None:
+async def test_close_twice_is_harmless_and_a_closed_store_starts_again(store: SqlStore) -> None:
+    run = await create(store)
+    await store.apply(events(run.id, 1, 3))
+
     await store.close()
     await store.close()
+    await store.start()
+
+    assert await store.get_run(run.id) == run
+    assert await store.last_sequence(run.id) == 3
+    await store.apply(events(run.id, 4, 4))
+    assert await store.last_sequence(run.id) == 4
 
 
 async def test_migrated_schema_matches_the_table_definitions(store: SqlStore) -> None:

@@ -7,16 +7,18 @@ from datetime import timedelta
 
 import pytest
 
-from behest.domain.runs import FinishReason, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, Run, RunRequest, RunStatus, TokenUsage
 from behest.errors import Aborted, NotFound
 from behest.store.sql.store import SqlStore
+from tests.store.conftest import OpenStore
 from tests.store.helpers import (
-    IDENTITY,
     TRACEPARENT,
     at,
     create,
+    create_outcome,
     finish,
     new_id,
+    new_run,
     request,
     update,
 )
@@ -24,22 +26,25 @@ from tests.store.helpers import (
 SECOND = timedelta(seconds=1)
 
 
-async def test_create_run_without_session_creates_a_session_and_a_pending_run(
+async def test_a_creation_without_session_makes_a_session_and_a_session_loaded_run(
     store: SqlStore,
 ) -> None:
     run_id = new_id()
     now = at()
+    lease = now + 30 * SECOND
     req = request(input="what is 2+2?", metadata='{"k": "v"}')
 
-    created = await store.create_run(
-        req, run_id=run_id, identity=IDENTITY, now=now, traceparent=TRACEPARENT
+    created, writes = await create_outcome(
+        store, new_run(req, run_id=run_id, now=now, owner="node-1", lease_until=lease)
     )
 
     assert created.created
+    assert writes == []
     run = created.run
     assert run.id == run_id
     assert run.session_id
-    assert run.status == RunStatus.PENDING
+    # Created with its first step: the run is stored as started, never as PENDING.
+    assert run.status == RunStatus.SESSION_LOADED
     assert (run.provider, run.model, run.input) == ("local", "echo", "what is 2+2?")
     assert run.metadata == '{"k": "v"}'
     assert run.tool_choice == "auto"
@@ -50,7 +55,35 @@ async def test_create_run_without_session_creates_a_session_and_a_pending_run(
     assert run.usage == TokenUsage(0, 0)
     assert run.error == ""
     assert run.traceparent == TRACEPARENT
+    assert (run.owner, run.lease_expires_at) == ("node-1", lease)
     assert await store.get_run(run_id) == run
+
+
+async def test_a_creation_on_a_session_keeps_the_request_options(store: SqlStore) -> None:
+    first = await create(store)
+    await finish(store, first.id)
+    req = RunRequest(
+        session_id=first.session_id,
+        provider="local",
+        model="script",
+        input="go",
+        instructions="be brief",
+        tools=("calculator", "read_file"),
+        max_iterations=3,
+        tool_choice="none",
+    )
+
+    run = await create(store, req)
+
+    stored = await store.get_run(run.id)
+    assert stored is not None
+    assert (stored.instructions, stored.tools, stored.max_iterations, stored.tool_choice) == (
+        "be brief",
+        ("calculator", "read_file"),
+        3,
+        "none",
+    )
+    assert (stored.owner, stored.lease_expires_at) == ("", None)
 
 
 async def test_create_run_on_an_existing_session_continues_it(store: SqlStore) -> None:
@@ -87,26 +120,34 @@ async def test_create_run_on_a_busy_session_is_aborted_naming_the_active_run(
         await create(store, request(session_id=active.session_id), run_id=refused_id)
 
     assert await store.get_run(refused_id) is None
-    assert (await store.get_run(active.id)).status == RunStatus.PENDING  # type: ignore[union-attr]
+    assert await store.get_run(active.id) == active
 
 
-async def test_two_runs_racing_for_an_idle_session_one_wins_the_other_is_aborted(
-    store: SqlStore,
+async def test_two_stores_racing_for_an_idle_session_one_wins_the_other_is_aborted(
+    store: SqlStore, open_store: OpenStore
 ) -> None:
+    other = await open_store()
     first = await create(store)
     await finish(store, first.id)
-    ids = [new_id(), new_id()]
 
-    outcomes = await asyncio.gather(
-        *(create(store, request(session_id=first.session_id), run_id=i) for i in ids),
-        return_exceptions=True,
-    )
+    for _ in range(5):
+        ids = [new_id(), new_id()]
+        outcomes = await asyncio.gather(
+            *(
+                create(s, request(session_id=first.session_id), run_id=i)
+                for s, i in zip((store, other), ids, strict=True)
+            ),
+            return_exceptions=True,
+        )
 
-    winners = [o for o in outcomes if not isinstance(o, BaseException)]
-    losers = [o for o in outcomes if isinstance(o, BaseException)]
-    assert len(winners) == 1, outcomes
-    assert len(losers) == 1 and isinstance(losers[0], Aborted), outcomes
-    assert winners[0].id in str(losers[0])
+        winners = [o for o in outcomes if isinstance(o, Run)]
+        losers = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(winners) == 1, outcomes
+        assert len(losers) == 1 and isinstance(losers[0], Aborted), outcomes
+        assert winners[0].id in str(losers[0])
+        (lost,) = set(ids) - {winners[0].id}
+        assert await other.get_run(lost) is None
+        await finish(other, winners[0].id)
 
 
 async def test_terminal_update_frees_the_session_for_a_new_run(store: SqlStore) -> None:
@@ -132,7 +173,7 @@ async def test_terminal_update_frees_the_session_for_a_new_run(store: SqlStore) 
     assert ended.usage == TokenUsage(30, 7)
     assert ended.finish_reason == FinishReason.STOP
     assert second.session_id == first.session_id
-    assert second.status == RunStatus.PENDING
+    assert second.status == RunStatus.SESSION_LOADED
 
 
 async def test_non_terminal_update_keeps_the_session_busy(store: SqlStore) -> None:
@@ -159,7 +200,8 @@ async def test_late_terminal_update_of_an_old_run_leaves_the_new_run_active(
 
 
 async def _session_history(store: SqlStore) -> list[tuple[str, RunStatus]]:
-    """Five runs on one session, a second apart: COMPLETED, FAILED, CANCELLED, COMPLETED, PENDING.
+    """Five runs on one session, a second apart: COMPLETED, FAILED, CANCELLED, COMPLETED and
+    one still active (SESSION_LOADED, as every run is created).
 
     Returns (run id, status) oldest first.
     """
@@ -173,7 +215,7 @@ async def _session_history(store: SqlStore) -> list[tuple[str, RunStatus]]:
         await finish(store, run.id, status)
         history.append((run.id, status))
     last = await create(store, request(session_id=session_id), now=base + 4 * SECOND)
-    history.append((last.id, RunStatus.PENDING))
+    history.append((last.id, RunStatus.SESSION_LOADED))
     return history
 
 
@@ -215,13 +257,13 @@ async def test_list_runs_filters_by_session_and_status(store: SqlStore) -> None:
 async def test_list_runs_filters_by_status_across_sessions(store: SqlStore) -> None:
     failed = await create(store)
     await finish(store, failed.id, RunStatus.FAILED)
-    pending = await create(store)
+    active = await create(store)
 
     runs = await store.list_runs(session_id=None, status=RunStatus.FAILED, limit=1000, offset=0)
 
     ids = {r.id for r in runs}
     assert failed.id in ids
-    assert pending.id not in ids
+    assert active.id not in ids
     assert {r.status for r in runs} == {RunStatus.FAILED}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from behest.domain.runs import RunStatus, TokenUsage
 from behest.store.base import DeleteSnapshot, PutSnapshot
 from behest.store.sql.store import SqlStore
-from tests.store.helpers import create, new_id, snapshot
+from tests.store.helpers import create, events, new_id, snapshot
 
 
 async def test_put_snapshot_then_get_returns_it(store: SqlStore) -> None:
@@ -48,19 +48,30 @@ async def test_list_snapshots_shows_every_run_in_flight(store: SqlStore) -> None
 
 async def test_delete_snapshot_removes_it(store: SqlStore) -> None:
     kept, deleted = await create(store), await create(store)
-    await store.apply([PutSnapshot(snapshot(kept)), PutSnapshot(snapshot(deleted))])
+    kept_snapshot = snapshot(kept)
+    await store.apply([PutSnapshot(kept_snapshot), PutSnapshot(snapshot(deleted))])
 
     await store.apply([DeleteSnapshot(deleted.id)])
 
     assert await store.get_snapshot(deleted.id) is None
-    assert await store.get_snapshot(kept.id) is not None
+    assert await store.get_snapshot(kept.id) == kept_snapshot
     listed = {s.run_id for s in await store.list_snapshots()}
     assert deleted.id not in listed
     assert kept.id in listed
 
 
 async def test_delete_of_a_missing_snapshot_is_a_no_op(store: SqlStore) -> None:
-    await store.apply([DeleteSnapshot(new_id())])
+    run = await create(store)
+    kept = snapshot(run, iteration=2)
+    await store.apply([PutSnapshot(kept)])
+    missing = new_id()
+
+    # The rest of its step still commits: a run ending twice is not an error.
+    await store.apply([DeleteSnapshot(missing), *events(run.id, 1, 1)])
+
+    assert await store.get_snapshot(missing) is None
+    assert await store.get_snapshot(run.id) == kept
+    assert await store.last_sequence(run.id) == 1
 
 
 async def test_get_snapshot_of_unknown_run_is_none(store: SqlStore) -> None:

@@ -1,9 +1,14 @@
-"""Compaction settings as runs read them: one read per burst, this node's updates at once."""
+"""Compaction settings as runs read them: one read per burst, this node's updates at once.
+
+Time is a fake clock the test moves; a read in flight is held open by an event, not a sleep.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
+
+import pytest
 
 from behest.domain.compaction import CompactionConfig
 from behest.runs.compaction_settings import CompactionSettings
@@ -11,51 +16,83 @@ from behest.store.base import Store
 
 
 class SharedStore:
-    """The one stored configuration replicas share; counts reads."""
+    """The one stored configuration replicas share; counts reads, which wait for `open`."""
 
     def __init__(self) -> None:
         self.config = CompactionConfig()
         self.reads = 0
+        self.reading = asyncio.Event()
+        self.open = asyncio.Event()
+        self.open.set()
 
     async def get_compaction_config(self) -> CompactionConfig:
         self.reads += 1
-        await asyncio.sleep(0.01)
+        self.reading.set()
+        await self.open.wait()
         return self.config
 
     async def put_compaction_config(self, config: CompactionConfig) -> None:
         self.config = config
 
 
-def settings(store: SharedStore, ttl_s: float) -> CompactionSettings:
-    return CompactionSettings(cast(Store, cast(Any, store)), ttl_s=ttl_s)
+class Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def settings(store: SharedStore, ttl_s: float, clock: Clock) -> CompactionSettings:
+    return CompactionSettings(cast(Store, cast(Any, store)), ttl_s=ttl_s, clock=clock)
 
 
 async def test_runs_starting_together_share_one_read() -> None:
     store = SharedStore()
-    cached = settings(store, ttl_s=60)
-    found = await asyncio.gather(*(cached.get() for _ in range(100)))
-    assert found == [CompactionConfig()] * 100
+    cached = settings(store, ttl_s=60, clock=Clock())
+    store.open.clear()
+    # Tasks start in order: the first starts the read, the others find it in flight.
+    runs = [asyncio.create_task(cached.get()) for _ in range(100)]
+    await store.reading.wait()
+    assert store.reads == 1 and not any(run.done() for run in runs)
+
+    store.open.set()
+
+    assert await asyncio.gather(*runs) == [CompactionConfig()] * 100
     assert store.reads == 1
 
 
 async def test_an_update_here_applies_at_once_and_another_replicas_after_the_ttl() -> None:
-    store = SharedStore()
-    here, there = settings(store, ttl_s=0.2), settings(store, ttl_s=0.2)
+    store, clock = SharedStore(), Clock()
+    here, there = settings(store, ttl_s=1.0, clock=clock), settings(store, ttl_s=1.0, clock=clock)
     assert (await here.get()).keep_tokens == (await there.get()).keep_tokens == 8_000
     await here.put(CompactionConfig(keep_tokens=4_000))
     assert (await here.get()).keep_tokens == 4_000
+    clock.now += 0.5
     assert (await there.get()).keep_tokens == 8_000  # read less than a TTL ago
-    await asyncio.sleep(0.25)
+    assert store.reads == 2
+    clock.now += 0.5  # a TTL since there read
     assert (await there.get()).keep_tokens == 4_000
+    assert store.reads == 3
 
 
 async def test_a_cancelled_reader_leaves_the_others_to_read() -> None:
     store = SharedStore()
-    cached = settings(store, ttl_s=60)
+    cached = settings(store, ttl_s=60, clock=Clock())
+    store.open.clear()
     first = asyncio.create_task(cached.get())
-    await asyncio.sleep(0)  # first is reading
     others = [asyncio.create_task(cached.get()) for _ in range(3)]
-    await asyncio.sleep(0)
+    await store.reading.wait()  # first is reading; the others wait for it
+    assert store.reads == 1
+    store.reading.clear()
+
     first.cancel()
+    await store.reading.wait()  # one of the others reads again
+    store.open.set()
+
     assert await asyncio.gather(*others) == [CompactionConfig()] * 3
     assert store.reads == 2
+    with pytest.raises(asyncio.CancelledError):
+        await first

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from behest.domain.compaction import CompactionConfig
 from behest.store.base import Store
@@ -16,16 +17,21 @@ TTL_S = 1.0
 
 
 class CompactionSettings:
-    def __init__(self, store: Store, *, ttl_s: float = TTL_S) -> None:
+    """`clock` (seconds, monotonic) tells when a read is older than `ttl_s`."""
+
+    def __init__(
+        self, store: Store, *, ttl_s: float = TTL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._store = store
         self._ttl_s = ttl_s
+        self._clock = clock
         self._value: CompactionConfig | None = None
         self._read_at = 0.0
         self._reading: asyncio.Future[None] | None = None
 
     async def get(self) -> CompactionConfig:
         while True:
-            if self._value is not None and time.monotonic() - self._read_at < self._ttl_s:
+            if self._value is not None and self._clock() - self._read_at < self._ttl_s:
                 return self._value
             if self._reading is None:
                 return await self._read()
@@ -34,14 +40,14 @@ class CompactionSettings:
 
     async def put(self, config: CompactionConfig) -> None:
         await self._store.put_compaction_config(config)
-        self._value, self._read_at = config, time.monotonic()
+        self._value, self._read_at = config, self._clock()
 
     async def _read(self) -> CompactionConfig:
         # Read in the caller's task (no task of its own to outlive the server).
         self._reading = asyncio.get_running_loop().create_future()
         try:
             value = await self._store.get_compaction_config()
-            self._value, self._read_at = value, time.monotonic()
+            self._value, self._read_at = value, self._clock()
             return value
         finally:
             reading, self._reading = self._reading, None

@@ -57,10 +57,16 @@ class ClearToolResults:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewRun:
-    """A run to create inside a group commit, with the writes of its first step.
+    """A run to create inside a group commit, with the writes of its first step: the one way
+    to create a run (`Store.apply_batch`, which `EventLog.create` feeds).
 
+    The run is created in status SESSION_LOADED, with a new session unless
+    `request.session_id` names one, claimed by `owner` (none if empty) until `lease_until`.
     `first_step(run, position)` is called in the transaction once the run exists, with the
-    session's next free message position; its writes commit with the creation.
+    session's next free message position; its writes commit with the creation. A
+    `request.client_request_id` already used by `identity` creates nothing: the outcome is the
+    run it named (or AlreadyExists if that run's request differs), and `first_step` is not
+    called.
     """
 
     request: RunRequest
@@ -69,7 +75,7 @@ class NewRun:
     now: datetime
     traceparent: str
     owner: str
-    lease_until: datetime
+    lease_until: datetime | None
     first_step: Callable[[Run, int], list[Write]]
 
 
@@ -94,24 +100,6 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
-    async def create_run(
-        self,
-        request: RunRequest,
-        *,
-        run_id: str,
-        identity: str,
-        now: datetime,
-        traceparent: str,
-        owner: str = "",
-        lease_until: datetime | None = None,
-    ) -> CreatedRun:
-        """Create the run (and its session if none is given) or return the one its key names.
-
-        The new run is claimed by `owner` until `lease_until`.
-        Raises NotFound (session), Aborted (session busy), AlreadyExists (key reused).
-        """
-        ...
-
     async def claim_run(
         self, run_id: str, *, owner: str, now: datetime, lease_until: datetime
     ) -> bool:
@@ -127,8 +115,12 @@ class Store(Protocol):
         ...
 
     async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
-        """Commit a group of steps and run creations in one transaction. A creation that is
-        refused (NotFound, Aborted, AlreadyExists) fails alone; other failures fail all."""
+        """Commit a group of steps and run creations in one transaction; the only way runs
+        are created. A creation that is refused (NotFound: the session; Aborted: the session
+        has an active run, which it names; AlreadyExists: the key was used for another
+        request, whose run it names) fails alone; other failures fail all. Two creations
+        racing with one key, in one batch or in any two transactions, make one run, and both
+        outcomes name it."""
         ...
 
     async def get_run(self, run_id: str) -> Run | None: ...

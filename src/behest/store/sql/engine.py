@@ -7,6 +7,8 @@ transaction per hop to it; reads on aiosqlite. PostgreSQL: one asyncpg engine fo
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,6 +19,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+# Tries at switching a new SQLite file to WAL while other connections do (see _enable_wal).
+WAL_ATTEMPTS = 20
 P = ParamSpec("P")
 R = TypeVar("R")
 WriteFn = Callable[Concatenate[Connection, P], R]
@@ -123,11 +127,11 @@ def _configure_sqlite(engine: Engine, *, begin: str) -> None:
         # Let SQLAlchemy's "begin" event decide how transactions start (see below).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        _enable_wal(cursor)
         # NORMAL under WAL survives a process crash (kill -9); only power loss may lose the
         # last commits.
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
@@ -136,3 +140,17 @@ def _configure_sqlite(engine: Engine, *, begin: str) -> None:
         # A deferred transaction that upgrades to a write can fail with "database is locked"
         # regardless of busy_timeout; writers therefore take the lock up front.
         conn.exec_driver_sql(begin)
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switch the file to WAL (a no-op once it is). Two connections switching a new file at
+    once both hold a shared lock and want an exclusive one: SQLite refuses one of them at
+    once, without waiting out busy_timeout ("database is locked"). It then tries again."""
+    for attempt in range(WAL_ATTEMPTS):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
+                raise
+            time.sleep(0.005 * (attempt + 1))

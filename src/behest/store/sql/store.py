@@ -11,12 +11,11 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection
-from sqlalchemy.exc import IntegrityError
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
+from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.store.base import (
     BatchResult,
@@ -28,9 +27,8 @@ from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
     INSERT_SESSIONS,
-    create_in_batch,
-    create_run,
-    fresh_run,
+    create_checked,
+    fresh_rows,
     get_run,
 )
 from behest.store.sql.engine import Engines, create_engines
@@ -68,35 +66,6 @@ class SqlStore:
             await engines.dispose()
 
     # --- runs -------------------------------------------------------------------------
-
-    async def create_run(
-        self,
-        request: RunRequest,
-        *,
-        run_id: str,
-        identity: str,
-        now: datetime,
-        traceparent: str,
-        owner: str = "",
-        lease_until: datetime | None = None,
-    ) -> CreatedRun:
-        for attempt in range(3):
-            try:
-                return await self.engines.writer.write(
-                    create_run,
-                    request,
-                    run_id=run_id,
-                    identity=identity,
-                    now=now,
-                    traceparent=traceparent,
-                    owner=owner,
-                    lease_until=lease_until,
-                )
-            except IntegrityError:
-                # A racing request with the same key committed first: the retry finds its run.
-                if attempt == 2 or not request.client_request_id:
-                    raise
-        raise AssertionError("unreachable")
 
     async def get_run(self, run_id: str) -> Run | None:
         async with self.engines.reader.connect() as conn:
@@ -269,10 +238,10 @@ def _apply_batch(conn: Connection, items: Sequence[list[Write] | NewRun]) -> lis
             results.append(None)
             plain.extend(item)
         elif item.request.session_id or item.request.client_request_id:
-            results.append(create_in_batch(conn, item))
+            results.append(create_checked(conn, item))
         else:
             # A new session and no key: nothing to check, so insert with the others.
-            session, run, created, writes = fresh_run(item)
+            session, run, created, writes = fresh_rows(item)
             sessions.append(session)
             runs.append(run)
             results.append((created, writes))

@@ -1,0 +1,138 @@
+"""The Python client's auto-resume against a real server that is killed mid-stream.
+
+`behest serve` runs as a child process on a port picked once; it is killed with SIGKILL while
+the client is streaming a slow run, and started again on the same data directory and the same
+port. The client, knowing nothing of this, reconnects to the same address and must finish the
+run with every event once: 1..N, no gap, no duplicate, one terminal event, last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest.client import BehestClient, is_terminal
+from tests.support import kind, script
+
+# A model that streams 80 words, one every 20 ms. A model call cut by a kill is made again
+# after the restart, as the run's next call: the script's next step.
+WORDS = " ".join(f"w{i}" for i in range(80))
+SLOW = script(*({"text": WORDS, "delay_ms": 20} for _ in range(3)))
+
+
+def free_port() -> int:
+    """A port nothing listens on now. The server binds it with SO_REUSEADDR (gRPC's default),
+    so the restarted server can take it again while the killed one's connections linger."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def serve(data_dir: Path, port: int) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`behest serve` on 127.0.0.1:`port` in a child process, once it logs that it serves.
+
+    tests/e2e/test_crash.py's `server_process` always listens on port 0; this needs a port
+    that stays the same across a restart.
+    """
+    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "behest",
+        "serve",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(data_dir),
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert process.stderr is not None
+    async with asyncio.timeout(30):
+        while True:
+            line = await process.stderr.readline()
+            assert line, "server exited before serving"
+            entry = json.loads(line) if line.startswith(b"{") else {}
+            if entry.get("msg") == "behest serving":
+                assert entry["port"] == port
+                break
+    drain = asyncio.create_task(process.stderr.read())
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        drain.cancel()
+
+
+def assert_complete_once(events: list[pb.AgentEvent]) -> None:
+    """1..N without gap or repeat, one run, one terminal event, and it is the last."""
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert len({e.run_id for e in events}) == 1
+    assert kind(events[0]) == "run_started"
+    assert [is_terminal(e) for e in events].count(True) == 1
+    assert kind(events[-1]) == "run_completed"
+
+
+async def stream_through_kills(tmp_path: Path, kill_after: set[int]) -> list[pb.AgentEvent]:
+    """Stream SLOW through the client; after the client has seen each count of events in
+    `kill_after`, SIGKILL the server and start a new one (same data, same port) meanwhile."""
+    port = free_port()
+    seen: list[pb.AgentEvent] = []
+    async with contextlib.AsyncExitStack() as servers:
+        process = await servers.enter_async_context(serve(tmp_path, port))
+        restarts: list[asyncio.Task[asyncio.subprocess.Process]] = []
+        # Attempts and backoff bound one outage: a restart takes a second or two.
+        client = BehestClient(
+            f"127.0.0.1:{port}",
+            reconnect_attempts=30,
+            reconnect_backoff_s=0.05,
+            reconnect_backoff_max_s=0.5,
+        )
+        try:
+            async with client:
+                async for event in client.stream_run(SLOW, model="script"):
+                    seen.append(event)
+                    if len(seen) in kill_after:
+                        if restarts:
+                            process = await restarts[-1]  # the current server
+                        process.send_signal(signal.SIGKILL)
+                        await process.wait()
+                        # The client is left to find the server gone while a new one starts.
+                        restart = servers.enter_async_context(serve(tmp_path, port))
+                        restarts.append(asyncio.create_task(restart))
+                assert len(restarts) == len(kill_after), "the run ended before every kill"
+                # What the client saw is the run's log as stored.
+                [run_id] = {e.run_id for e in seen}
+                assert [e async for e in client.watch(run_id)] == seen
+        finally:
+            # Every server started is registered with `servers`, which stops them all.
+            await asyncio.gather(*restarts, return_exceptions=True)
+    return seen
+
+
+async def test_the_client_finishes_a_run_across_a_server_kill_and_restart(
+    tmp_path: Path,
+) -> None:
+    seen = await stream_through_kills(tmp_path, {5})
+
+    assert_complete_once(seen)
+    assert len(seen) > 10  # the kill came mid-stream, with events still to come
+
+
+async def test_the_client_finishes_a_run_across_two_kills(tmp_path: Path) -> None:
+    seen = await stream_through_kills(tmp_path, {4, 12})
+
+    assert_complete_once(seen)
+    assert len(seen) > 17
