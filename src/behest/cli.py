@@ -24,6 +24,12 @@ from behest.config import DEFAULT_LISTEN, Settings
 # Long tool arguments would drown the answer's text; the full call is in the event log.
 MAX_ARGUMENTS_SHOWN = 200
 
+# Exit codes of the `behest` command.
+EXIT_OK = 0  # the command did what it says; for `run`/`watch`: the run completed
+EXIT_RUN_NOT_COMPLETED = 1  # the run failed or was cancelled
+EXIT_ERROR = 2  # an RPC or usage error
+EXIT_INTERRUPTED = 130  # Ctrl-C: the client stops; the run itself goes on in the server
+
 
 class EventPrinter:
     """Renders a run's events for a terminal: text inline, tools and outcome on their lines."""
@@ -69,13 +75,13 @@ class EventPrinter:
                 completed = event.run_completed
                 reason = _reason(completed.finish_reason)
                 self._line(f"✓ completed ({reason}, {_plural(completed.iterations, 'iteration')})")
-                self.exit_code = 0
+                self.exit_code = EXIT_OK
             case "run_failed":
                 self._line(f"✗ failed: {event.run_failed.error}")
-                self.exit_code = 1
+                self.exit_code = EXIT_RUN_NOT_COMPLETED
             case "run_cancelled":
                 self._line("✗ cancelled")
-                self.exit_code = 1
+                self.exit_code = EXIT_RUN_NOT_COMPLETED
             case _:
                 # Bookkeeping events, and kinds newer than this CLI: nothing to show.
                 pass
@@ -204,10 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except ConnectionError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         if printer.run_id:
             print(
@@ -215,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--after {printer.last_sequence}",
                 file=sys.stderr,
             )
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _serve(args: argparse.Namespace, printer: EventPrinter) -> int:
@@ -225,11 +231,11 @@ def _serve(args: argparse.Namespace, printer: EventPrinter) -> int:
         )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     from behest.app import serve  # lazily: the client commands must not need the server
 
     serve(settings)
-    return 0
+    return EXIT_OK
 
 
 def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
@@ -256,7 +262,9 @@ def _watch(args: argparse.Namespace, printer: EventPrinter) -> int:
                 # The run had ended before the cursor: nothing was left to show but its status.
                 status = (await client.get_run(args.run_id)).status
                 print(f"run {args.run_id} {_status(status)}", file=printer.err)
-                return 0 if status == common_pb2.RUN_STATUS_COMPLETED else 1
+                return (
+                    EXIT_OK if status == common_pb2.RUN_STATUS_COMPLETED else EXIT_RUN_NOT_COMPLETED
+                )
             return code
 
     return asyncio.run(go())
@@ -266,7 +274,7 @@ async def _render_all(events: AsyncIterator[run_pb2.AgentEvent], printer: EventP
     async for event in events:
         printer.render(event)
     # The client only ends a stream at the terminal event; without one, nothing is known.
-    return 1 if printer.exit_code is None else printer.exit_code
+    return EXIT_RUN_NOT_COMPLETED if printer.exit_code is None else printer.exit_code
 
 
 def _runs_list(args: argparse.Namespace, printer: EventPrinter) -> int:
@@ -282,7 +290,7 @@ def _runs_list(args: argparse.Namespace, printer: EventPrinter) -> int:
 
     runs = asyncio.run(go())
     print(format_runs(runs) if runs else "no runs")
-    return 0
+    return EXIT_OK
 
 
 def _runs_get(args: argparse.Namespace, printer: EventPrinter) -> int:
@@ -291,7 +299,7 @@ def _runs_get(args: argparse.Namespace, printer: EventPrinter) -> int:
             return await client.get_run(args.run_id)
 
     print(format_run(asyncio.run(go())))
-    return 0
+    return EXIT_OK
 
 
 def _runs_output(args: argparse.Namespace, printer: EventPrinter) -> int:
@@ -300,7 +308,7 @@ def _runs_output(args: argparse.Namespace, printer: EventPrinter) -> int:
             return await client.get_output(args.run_id)
 
     print(format_output(asyncio.run(go())))
-    return 0
+    return EXIT_OK
 
 
 def _runs_cancel(args: argparse.Namespace, printer: EventPrinter) -> int:
@@ -310,7 +318,7 @@ def _runs_cancel(args: argparse.Namespace, printer: EventPrinter) -> int:
 
     asyncio.run(go())
     print(f"cancelled run {args.run_id}")
-    return 0
+    return EXIT_OK
 
 
 _STATUSES = [

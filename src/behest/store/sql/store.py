@@ -156,20 +156,13 @@ class SqlStore:
             return int((await conn.execute(query)).scalar() or 0)
 
     async def session_messages(self, session_id: str) -> list[Message]:
-        query = (
-            sa.select(t.messages)
-            .where(t.messages.c.session_id == session_id)
-            .order_by(t.messages.c.position)
-        )
-        async with self.engines.reader.connect() as conn:
-            return [rows.message_from_row(row) for row in await conn.execute(query)]
+        return await self._messages(t.messages.c.session_id == session_id)
 
     async def run_messages(self, run_id: str) -> list[Message]:
-        query = (
-            sa.select(t.messages)
-            .where(t.messages.c.run_id == run_id)
-            .order_by(t.messages.c.position)
-        )
+        return await self._messages(t.messages.c.run_id == run_id)
+
+    async def _messages(self, where: sa.ColumnElement[bool]) -> list[Message]:
+        query = sa.select(t.messages).where(where).order_by(t.messages.c.position)
         async with self.engines.reader.connect() as conn:
             return [rows.message_from_row(row) for row in await conn.execute(query)]
 
