@@ -153,3 +153,33 @@ async def test_commits_that_fail_fail_only_what_they_carried(server: Server) -> 
     )
     listed = await server.runs.ListRuns(pb.ListRunsRequest())
     assert len(listed.runs) == RUNS - refused
+
+
+async def test_a_create_run_abandoned_by_its_caller_mid_commit_still_starts_its_run(
+    server: Server,
+) -> None:
+    store = server.app.store
+    real = store.apply_batch
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(batch: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await real(batch)
+
+    store.apply_batch = held  # type: ignore[method-assign]
+    try:
+        call = server.runs.CreateRun(create_request("left behind", model="echo"))
+        await entered.wait()  # the creation is committing
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        release.set()
+        del store.apply_batch
+    await server.app.event_log.flush()
+    listed = await server.runs.ListRuns(pb.ListRunsRequest())
+    (run,) = listed.runs
+    events = [e async for e in server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run.id))]
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert kind(events[-1]) == "run_completed"

@@ -38,7 +38,7 @@ from behest.runs.loop import LoopLimits
 from behest.runs.owned import OwnedRun
 from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
-from behest.store.base import AppendMessage, Store
+from behest.store.base import AppendMessage, NewRun, Store
 from behest.telemetry import context_from_traceparent, current_trace_ids, tracer
 from behest.tools.registry import ToolRegistry
 
@@ -82,6 +82,8 @@ class Executor:
         self.leases = Leases(store, node=node_id, lease_s=lease_s)
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
+        # Creations a cancelled CreateRun left to finish (see create).
+        self._background: set[asyncio.Task[CreatedRun]] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -99,6 +101,8 @@ class Executor:
         """
         self._accepting = False
         await self.leases.stop()
+        if self._background:
+            await asyncio.wait(self._background, timeout=CANCEL_WAIT_S)
         tasks = [h.task for h in self._runs.values() if h.task is not None]
         if tasks and grace_s > 0:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -116,9 +120,6 @@ class Executor:
         A caller that goes away meanwhile does not stop it: a run whose creation commits
         is started, whoever waits for it.
         """
-        return await asyncio.shield(self._create_and_start(request, traceparent))
-
-    async def _create_and_start(self, request: RunRequest, traceparent: str) -> CreatedRun:
         if not self._accepting:
             raise Unavailable("the server is shutting down and takes no new runs")
         if len(self._runs) >= self._max_runs:
@@ -138,24 +139,45 @@ class Executor:
             request, run_id, span, owner=self.leases.node, lease_until=self.leases.until()
         )
         try:
+            return await self._commit_and_start(creation, handle, span)
+        except asyncio.CancelledError:
+            # The caller went away (no shield here: a task hop costs CreateRun ~0.8 ms). The
+            # creation may commit all the same, and a run that was created must start: ask
+            # again in the background, which finds what committed.
+            task = asyncio.create_task(self._commit_and_start(creation, handle, span))
+            self._background.add(task)
+            task.add_done_callback(self._settled)
+            raise
+
+    def _settled(self, task: asyncio.Task[CreatedRun]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a creation its caller left did not complete", exc_info=task.exception())
+
+    async def _commit_and_start(
+        self, creation: NewRun, handle: OwnedRun, span: trace.Span
+    ) -> CreatedRun:
+        try:
             outcome = await commit_creation(self._log, self._store, creation)
             if isinstance(outcome, Run):  # created, but the outcome was lost: from the store
                 span.end()
                 await self._resume(outcome, handle)
                 return CreatedRun(run=outcome, created=True)
+        except asyncio.CancelledError:
+            raise  # the caller's; the creation goes on in the background (see create)
         except BaseException:
-            self._release(run_id, handle)
+            self._release(creation.run_id, handle)
             span.end()
             raise
         created, first_writes = outcome
         if not created.created:
-            self._release(run_id, handle)
+            self._release(creation.run_id, handle)
             span.end()
             return created
         span.set_attribute("behest.session_id", created.run.session_id)
         # A new session holds only this run's input: no need to read it back.
         known = None
-        if not request.session_id:
+        if not creation.request.session_id:
             known = [w.message for w in first_writes if isinstance(w, AppendMessage)]
         snapshot = initial_snapshot(created.run)
         self._start(created.run, handle, span, 1, snapshot=snapshot, transcript=known)
