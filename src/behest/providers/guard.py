@@ -37,22 +37,23 @@ async def guarded_stream(provider: Provider, request: ModelRequest) -> AsyncGene
     """`provider.stream(request)`, with anything but a ProviderError made one."""
     deltas = provider.stream(request)
     try:
-        while True:
-            try:
-                delta = await anext(deltas)
-            except StopAsyncIteration:
-                return
-            except BehestError:
-                raise  # a ProviderError, or a check such as an unknown model
-            except Exception as exc:
-                log.warning("provider %r broke its stream protocol", provider.name, exc_info=True)
-                raise TransientProviderError(provider.name, protocol_problem(exc)) from exc
-            if not well_formed(delta):
-                log.warning("provider %r sent a malformed delta: %.200r", provider.name, delta)
-                raise TransientProviderError(provider.name, _SHAPE)
+        async for delta in deltas:
+            # Text first and inline: most deltas are text, and this is every delta's path.
+            if delta.__class__ is not TextChunk or delta.text.__class__ is not str:  # type: ignore[union-attr]
+                if not well_formed(delta):
+                    raise _Malformed(repr(delta)[:200])
             yield delta
+    except BehestError:
+        raise  # a ProviderError, or a check such as an unknown model
+    except Exception as exc:
+        log.warning("provider %r broke its stream protocol", provider.name, exc_info=True)
+        raise TransientProviderError(provider.name, protocol_problem(exc)) from exc
     finally:
         await deltas.aclose()
+
+
+class _Malformed(Exception):
+    """A delta that does not hold what its type says."""
 
 
 def well_formed(delta: Delta) -> bool:
@@ -75,6 +76,8 @@ def well_formed(delta: Delta) -> bool:
 def protocol_problem(exc: Exception) -> str:
     """What went wrong with a provider's response, in words a client can act on."""
     match exc:
+        case _Malformed():
+            return _SHAPE
         case RecursionError():
             return "sent a response nested too deep to read"
         case UnicodeError():
