@@ -48,7 +48,9 @@ class App:
             window_s=settings.commit_window_ms / 1000,
         )
         self.providers = build_registry(
-            settings.providers, retry=settings.retry_policy, timeout_s=settings.provider_timeout_s
+            settings.provider_configs(),
+            retry=settings.retry_policy,
+            timeout_s=settings.provider_timeout_s,
         )
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)

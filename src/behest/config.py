@@ -1,14 +1,26 @@
-"""One settings object, built once at start-up from defaults, a TOML file and BEHEST_* env."""
+"""One settings object, built once at start-up (pydantic-settings), passed down from there.
+
+Sources, lowest first: defaults → a TOML file (`--config FILE` or BEHEST_CONFIG; plain keys at
+top level or under `[behest]`, and the tables `[providers.*]` and `[mcp.servers.*]`) →
+environment variables `BEHEST_<NAME>` → command-line flags. Every value is typed and checked;
+a bad one stops the start with an error naming the setting and the value.
+"""
 
 from __future__ import annotations
 
-import math
+import contextvars
 import os
 import socket
 import tomllib
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from behest.providers.config import ProviderConfig, parse_providers
 from behest.providers.retry import RetryPolicy
@@ -17,104 +29,142 @@ from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
 DEFAULT_LISTEN = "127.0.0.1:50051"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+# The settings file of the Settings.load under way (pydantic-settings builds sources per class).
+_CONFIG_FILE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "behest_config_file", default=None
+)
+
+
+class Settings(BaseSettings):
     """Every knob behest has. Env: BEHEST_<FIELD NAME IN CAPITALS>; TOML: the field name."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="BEHEST_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        validate_default=True,
+    )
 
     listen: str = DEFAULT_LISTEN
     data_dir: str = "./data"
     # Empty: a SQLite file in data_dir. Or e.g. postgresql+asyncpg://user@host/db.
     database_url: str = ""
     log_level: str = "INFO"
-    log_format: str = "json"
+    log_format: Literal["json", "text"] = "json"
     # Runs executing at once in this process; more → RESOURCE_EXHAUSTED.
-    max_concurrent_runs: int = 256
+    max_concurrent_runs: int = Field(default=256, ge=1)
     # Open server streams (CreateRunStream + WatchRunEvents); more → RESOURCE_EXHAUSTED.
-    max_streams: int = 10_000
+    max_streams: int = Field(default=10_000, ge=1)
     # Group commit: the writer flushes when this many writes wait or after this many ms.
-    commit_batch_max: int = 500
-    commit_window_ms: float = 0.0
+    commit_batch_max: int = Field(default=500, ge=1)
+    commit_window_ms: float = Field(default=0.0, ge=0)
     # Text deltas that arrive while the run's previous one is being committed join into one
     # TextDelta event (same text); off: one event per model delta.
     coalesce_text_deltas: bool = True
     # Serve on uvloop when it is installed (it is a dependency on Linux and macOS).
     use_uvloop: bool = True
     # Request bounds (bytes of UTF-8).
-    max_input_bytes: int = 256 * 1024
-    max_metadata_bytes: int = 16 * 1024
-    max_request_id_bytes: int = 256
-    max_receive_message_bytes: int = 4 * 1024 * 1024
+    max_input_bytes: int = Field(default=256 * 1024, ge=1)
+    max_metadata_bytes: int = Field(default=16 * 1024, ge=1)
+    max_request_id_bytes: int = Field(default=256, ge=1)
+    max_receive_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     # The agent loop.
-    max_iterations: int = 10
-    provider_timeout_s: float = 60.0
-    provider_max_attempts: int = 4
-    provider_backoff_initial_s: float = 0.5
-    provider_backoff_max_s: float = 8.0
-    provider_max_retry_after_s: float = 60.0
+    max_iterations: int = Field(default=10, ge=1)
+    provider_timeout_s: float = Field(default=60.0, gt=0)
+    provider_max_attempts: int = Field(default=4, ge=1)
+    provider_backoff_initial_s: float = Field(default=0.5, ge=0)
+    provider_backoff_max_s: float = Field(default=8.0, ge=0)
+    provider_max_retry_after_s: float = Field(default=60.0, ge=0)
     # Tools: calls of concurrency-safe tools run this many at once; read_file reads below
     # read_file_root (off when empty); plugins come from the entry-point group behest.tools.
-    tool_concurrency: int = 4
+    tool_concurrency: int = Field(default=4, ge=1)
     read_file_root: str = ""
     load_tool_plugins: bool = True
-    # Model providers besides `local` ([providers.NAME] tables of the settings file).
-    providers: tuple[ProviderConfig, ...] = ()
+    # Model providers besides `local`: the [providers.NAME] tables, parsed by `provider_configs`.
+    providers: dict[str, Any] = Field(default_factory=dict)
     # MCP servers whose tools behest offers ([mcp.servers.NAME] tables), and how long each
     # may take to start before it is reported failed.
-    mcp_servers: tuple[McpServerConfig, ...] = ()
-    mcp_start_timeout_s: float = 30.0
+    mcp: dict[str, Any] = Field(default_factory=dict)
+    mcp_start_timeout_s: float = Field(default=30.0, gt=0)
     # This node's name in run claims; replicas sharing a database need distinct names.
-    node_id: str = field(default_factory=socket.gethostname)
+    node_id: str = Field(default_factory=socket.gethostname)
     # How long a node's claim on a run lasts without renewal (renewed every third of it);
     # runs of a node gone silent that long are resumed by another.
-    run_lease_s: float = 30.0
+    run_lease_s: float = Field(default=30.0, gt=0)
     # Resume interrupted runs at start-up (and adopt those of vanished nodes). Off: they wait
     # in ListSnapshots until resumed by a later start, cancelled, or abandoned (DeleteSnapshot).
     resume_runs: bool = True
     # An open compaction circuit breaker closes again after this many seconds.
-    compaction_cooldown_s: float = 300.0
+    compaction_cooldown_s: float = Field(default=300.0, ge=0)
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
-    shutdown_grace_s: float = 10.0
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+    @field_validator("mcp")
+    @classmethod
+    def _mcp_tables(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if set(value) - {"servers"}:
+            raise ValueError("the [mcp] table may only hold [mcp.servers.NAME] tables")
+        parse_mcp_servers(value.get("servers", {}))
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _CONFIG_FILE.get()
+        file = (_TomlFile(settings_cls, Path(path)),) if path else ()
+        return (init_settings, env_settings, *file)
 
     @classmethod
     def load(cls, *, config_file: str | None = None, **overrides: Any) -> Settings:
-        """Defaults, then the TOML file (BEHEST_CONFIG if not given), then env, then overrides."""
-        settings = cls()
-        path = config_file or os.environ.get("BEHEST_CONFIG")
-        tables: dict[str, Any] = {}
-        if path:
-            with Path(path).open("rb") as fh:
-                data = tomllib.load(fh)
-            tables = {k: v for k, v in data.items() if isinstance(v, dict) and k != "behest"}
-            settings = settings.with_values(data.get("behest", data), source=str(path))
-        env = {
-            f.name: os.environ[f"BEHEST_{f.name.upper()}"]
-            for f in fields(cls)
-            if f"BEHEST_{f.name.upper()}" in os.environ
-        }
-        settings = settings.with_values(env, source="environment")
-        settings = settings.with_values(
-            {k: v for k, v in overrides.items() if v is not None}, source="arguments"
-        )
-        return settings.with_tables(tables, source=str(path))
+        """Defaults, then the TOML file (BEHEST_CONFIG if not given), then env, then overrides.
+
+        Raises ValueError naming the setting (and its value) that is wrong.
+        """
+        path = config_file or os.environ.get("BEHEST_CONFIG") or None
+        token = _CONFIG_FILE.set(path)
+        try:
+            settings = cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            raise ValueError(_explain(exc, path)) from None
+        finally:
+            _CONFIG_FILE.reset(token)
+        settings.provider_configs()  # a bad [providers.*] table stops the start here
+        return settings
+
+    def with_values(self, values: dict[str, Any], *, source: str) -> Settings:
+        """A copy with `values` applied (checked as at start-up); tables included."""
+        data = {**self.model_dump(), **values}
+        try:
+            updated = type(self).model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(_explain(exc, source)) from None
+        updated.provider_configs()
+        return updated
 
     def with_tables(self, tables: dict[str, Any], *, source: str) -> Settings:
-        """A copy with the settings file's tables ([providers.*]) parsed."""
-        unknown = sorted(set(tables) - {"providers", "mcp"})
-        if unknown:
-            raise ValueError(f"{source}: unknown table(s) {unknown}")
+        """A copy with settings-file tables ([providers.*], [mcp]) applied."""
+        return self.with_values(tables, source=source)
+
+    def provider_configs(self) -> list[ProviderConfig]:
+        """The [providers.NAME] tables, parsed (API keys read from their env or file)."""
         try:
-            providers = parse_providers(
-                tables.get("providers", {}),
-                defaults=self.retry_policy,
-                timeout_s=self.provider_timeout_s,
+            return parse_providers(
+                self.providers, defaults=self.retry_policy, timeout_s=self.provider_timeout_s
             )
-            mcp = tables.get("mcp", {})
-            if set(mcp) - {"servers"}:
-                raise ValueError("the [mcp] table may only hold [mcp.servers.NAME] tables")
-            mcp_servers = parse_mcp_servers(mcp.get("servers", {}))
         except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
-        return replace(self, providers=tuple(providers), mcp_servers=tuple(mcp_servers))
+            raise ValueError(f"settings: {exc}") from None
+
+    @property
+    def mcp_servers(self) -> list[McpServerConfig]:
+        return parse_mcp_servers(self.mcp.get("servers", {}))
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -126,22 +176,6 @@ class Settings:
             max_retry_after_s=self.provider_max_retry_after_s,
         )
 
-    def with_values(self, values: dict[str, Any], *, source: str) -> Settings:
-        """A copy with `values` applied, each converted to its field's type."""
-        known = {f.name: f for f in fields(self)}
-        changes: dict[str, Any] = {}
-        for name, raw in values.items():
-            if name not in known or name in ("providers", "mcp_servers"):
-                if isinstance(raw, dict):
-                    continue  # tables are parsed by with_tables
-                raise ValueError(f"{source}: unknown setting {name!r}")
-            kind = type(getattr(self, name))
-            try:
-                changes[name] = _convert(raw, kind)
-            except ValueError as exc:
-                raise ValueError(f"{source}: setting {name!r}: {exc}") from None
-        return replace(self, **changes)
-
     @property
     def sqlite_path(self) -> Path:
         return Path(self.data_dir) / "behest.db"
@@ -151,21 +185,30 @@ class Settings:
         return self.database_url or f"sqlite+aiosqlite:///{self.sqlite_path}"
 
 
-def _convert(raw: Any, kind: type) -> Any:
-    if kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"expected a boolean, got {raw!r}")
-    if kind is int:
-        return int(raw)
-    if kind is float:
-        value = float(raw)
-        if not math.isfinite(value):
-            raise ValueError(f"expected a finite number, got {raw!r}")
-        return value
-    return str(raw)
+class _TomlFile(PydanticBaseSettingsSource):
+    """The settings file: keys at top level or under [behest], and the tables beside them."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        super().__init__(settings_cls)
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+        plain = data.pop("behest", {})
+        self._data = {**data, **plain}
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def _explain(error: ValidationError, source: str | None) -> str:
+    """One line per bad setting: where it is, what is wrong, the value given."""
+    where = f"{source}: " if source else ""
+    lines = []
+    for problem in error.errors(include_url=False):
+        key = ".".join(str(part) for part in problem["loc"]) or "(settings)"
+        given = problem.get("input")
+        shown = "" if isinstance(given, dict) else f" (got {given!r:.80})"
+        lines.append(f"{where}setting {key!r}: {problem['msg']}{shown}")
+    return "\n".join(lines)
