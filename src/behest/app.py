@@ -11,7 +11,7 @@ import logging
 import signal
 
 from behest import event_loop, logs, telemetry
-from behest.api.requests import RequestLimits
+from behest.api.admission import Admission
 from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.events.log import EventLog
@@ -21,6 +21,7 @@ from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
 from behest.runs.operations import Operations
 from behest.store.sql.store import SqlStore
+from behest.tenancy import Tenancy
 from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
 from behest.tools.plugins import plugin_tools
@@ -54,6 +55,7 @@ class App:
         )
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)
+        self.tenancy = Tenancy(settings)
         self.executor = Executor(
             store=self.store,
             event_log=self.event_log,
@@ -66,6 +68,7 @@ class App:
                 coalesce_text_deltas=settings.coalesce_text_deltas,
             ),
             max_concurrent_runs=settings.max_concurrent_runs,
+            max_runs_of=lambda tenant: self.tenancy.limits(tenant).max_concurrent_runs,
             node_id=settings.node_id,
             lease_s=settings.run_lease_s,
             resume_runs=settings.resume_runs,
@@ -83,12 +86,9 @@ class App:
         self.server = ApiServer(
             self.runs,
             listen=settings.listen,
-            limits=RequestLimits(
-                max_input_bytes=settings.max_input_bytes,
-                max_metadata_bytes=settings.max_metadata_bytes,
-                max_request_id_bytes=settings.max_request_id_bytes,
-            ),
-            max_streams=settings.max_streams,
+            admission=Admission(self.tenancy, max_request_id_bytes=settings.max_request_id_bytes),
+            auth=settings.auth,
+            tls=settings.tls,
             max_receive_message_bytes=settings.max_receive_message_bytes,
         )
         self._started = False

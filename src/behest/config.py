@@ -1,21 +1,30 @@
 """One settings object, built once at start-up (pydantic-settings), passed down from there.
 
 Sources, lowest first: defaults → a TOML file (`--config FILE` or BEHEST_CONFIG; plain keys at
-top level or under `[behest]`, and the tables `[providers.*]` and `[mcp.servers.*]`) →
-environment variables `BEHEST_<NAME>` → command-line flags. Every value is typed and checked;
-a bad one stops the start with an error naming the setting and the value.
+top level or under `[behest]`, and the tables `[providers.*]`, `[mcp.servers.*]`, `[auth]`,
+`[tls]`, `[tenants.*]`) → environment variables `BEHEST_<NAME>` (nested: `BEHEST_AUTH__MODE`)
+→ command-line flags. Every value is typed and checked; a bad one stops the start with an
+error naming the setting and the value.
 """
 
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 import os
 import socket
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,6 +36,81 @@ from behest.providers.retry import RetryPolicy
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+
+
+_STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class TokenConfig(BaseModel):
+    """A bearer token that may call: `[auth.tokens.NAME]`. Only its SHA-256 is configured."""
+
+    model_config = _STRICT
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    principal: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+
+
+class JwtConfig(BaseModel):
+    """JWT bearer tokens: `[auth.jwt]`, verified with a public key or a JWKS file."""
+
+    model_config = _STRICT
+
+    public_key_file: str = ""
+    jwks_file: str = ""
+    issuer: str = ""
+    audience: str = ""
+    algorithms: tuple[str, ...] = ("RS256", "ES256", "EdDSA")
+    tenant_claim: str = "tenant"
+    principal_claim: str = "sub"
+    leeway_s: float = Field(default=30.0, ge=0)
+
+
+class AuthSettings(BaseModel):
+    """Who may call: `[auth]`."""
+
+    model_config = _STRICT
+
+    # none: every caller is the default tenant (only on loopback unless allow_insecure);
+    # bearer: `authorization: Bearer …` with a configured token or a JWT; mtls: the client
+    # certificate (TLS with client_ca_file) names the principal and tenant.
+    mode: Literal["none", "bearer", "mtls"] = "none"
+    # Listen off loopback without authentication and TLS anyway.
+    allow_insecure: bool = False
+    # Health checks and reflection need credentials too (by default anyone may call them).
+    protect_health: bool = False
+    tokens: dict[str, TokenConfig] = Field(default_factory=dict)
+    jwt: JwtConfig | None = None
+
+
+class TlsSettings(BaseModel):
+    """TLS of the gRPC port: `[tls]`; with `client_ca_file`, clients need a certificate."""
+
+    model_config = _STRICT
+
+    cert_file: str = ""
+    key_file: str = ""
+    client_ca_file: str = ""
+    # mTLS: the client certificate's subject attribute that names its tenant (its CN, or else
+    # its first DNS or URI SAN, names the principal).
+    tenant_attribute: Literal["O", "OU", "CN", "L", "ST", "C"] = "O"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+
+class TenantLimits(BaseModel):
+    """One tenant's admission limits: `[tenants.NAME]`; unset ones take the server's."""
+
+    model_config = _STRICT
+
+    max_concurrent_runs: int | None = Field(default=None, ge=1)
+    max_streams: int | None = Field(default=None, ge=1)
+    creates_per_minute: float | None = Field(default=None, ge=0)
+    max_request_bytes: int | None = Field(default=None, ge=1)
+    max_input_bytes: int | None = Field(default=None, ge=1)
+    max_metadata_bytes: int | None = Field(default=None, ge=1)
 
 
 # The settings file of the Settings.load under way (pydantic-settings builds sources per class).
@@ -53,10 +137,14 @@ class Settings(BaseSettings):
     database_url: str = ""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
-    # Runs executing at once in this process; more → RESOURCE_EXHAUSTED.
+    # Runs executing at once in this process; more → RESOURCE_EXHAUSTED. Per tenant too,
+    # unless [tenants.NAME] sets less (so for every limit below that says "per tenant").
     max_concurrent_runs: int = Field(default=256, ge=1)
-    # Open server streams (CreateRunStream + WatchRunEvents); more → RESOURCE_EXHAUSTED.
+    # Open server streams (CreateRunStream + WatchRunEvents) per tenant; more →
+    # RESOURCE_EXHAUSTED (unary RPCs never count).
     max_streams: int = Field(default=10_000, ge=1)
+    # Run creations per minute and tenant (a token bucket of one minute's worth); 0: no limit.
+    creates_per_minute: float = Field(default=0.0, ge=0)
     # Group commit: the writer flushes when this many writes wait or after this many ms.
     commit_batch_max: int = Field(default=500, ge=1)
     commit_window_ms: float = Field(default=0.0, ge=0)
@@ -65,7 +153,8 @@ class Settings(BaseSettings):
     coalesce_text_deltas: bool = True
     # Serve on uvloop when it is installed (it is a dependency on Linux and macOS).
     use_uvloop: bool = True
-    # Request bounds (bytes of UTF-8).
+    # Request bounds (bytes of UTF-8), per tenant; max_receive_message_bytes is the server's
+    # (a tenant's max_request_bytes can only be lower).
     max_input_bytes: int = Field(default=256 * 1024, ge=1)
     max_metadata_bytes: int = Field(default=16 * 1024, ge=1)
     max_request_id_bytes: int = Field(default=256, ge=1)
@@ -100,6 +189,10 @@ class Settings(BaseSettings):
     compaction_cooldown_s: float = Field(default=300.0, ge=0)
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+    # Who may call, over what, and how much each tenant may do.
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    tenants: dict[str, TenantLimits] = Field(default_factory=dict)
 
     @field_validator("mcp")
     @classmethod
@@ -108,6 +201,33 @@ class Settings(BaseSettings):
             raise ValueError("the [mcp] table may only hold [mcp.servers.NAME] tables")
         parse_mcp_servers(value.get("servers", {}))
         return value
+
+    @model_validator(mode="after")
+    def _safe_to_serve(self) -> Settings:
+        """Settings that cannot work together, or that would expose the server, stop the start."""
+        auth, tls = self.auth, self.tls
+        if bool(tls.cert_file) != bool(tls.key_file):
+            raise ValueError("tls: cert_file and key_file go together")
+        if tls.client_ca_file and not tls.enabled:
+            raise ValueError("tls: client_ca_file needs cert_file and key_file")
+        if auth.mode == "mtls" and not tls.client_ca_file:
+            raise ValueError("auth mode 'mtls' needs tls.client_ca_file (and cert_file, key_file)")
+        if auth.mode == "bearer" and not auth.tokens and auth.jwt is None:
+            raise ValueError("auth mode 'bearer' needs [auth.tokens.NAME] tables or [auth.jwt]")
+        open_to_network = not _is_loopback(self.listen.rpartition(":")[0])
+        if open_to_network and (auth.mode == "none" or not tls.enabled) and not auth.allow_insecure:
+            missing = (
+                "authentication and TLS"
+                if auth.mode == "none" and not tls.enabled
+                else ("authentication" if auth.mode == "none" else "TLS")
+            )
+            raise ValueError(
+                f"listen {self.listen!r} is not a loopback address, and the server has no "
+                f"{missing}: anyone who reaches it could read and run everything. Set [auth] "
+                "mode and [tls] cert_file/key_file, listen on 127.0.0.1, or set "
+                "auth.allow_insecure = true if something else protects it"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -150,7 +270,7 @@ class Settings(BaseSettings):
         return updated
 
     def with_tables(self, tables: dict[str, Any], *, source: str) -> Settings:
-        """A copy with settings-file tables ([providers.*], [mcp]) applied."""
+        """A copy with settings-file tables ([providers.*], [mcp], [auth], …) applied."""
         return self.with_values(tables, source=source)
 
     def provider_configs(self) -> list[ProviderConfig]:
@@ -202,13 +322,27 @@ class _TomlFile(PydanticBaseSettingsSource):
         return dict(self._data)
 
 
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name, or "" (every interface)
+
+
 def _explain(error: ValidationError, source: str | None) -> str:
     """One line per bad setting: where it is, what is wrong, the value given."""
     where = f"{source}: " if source else ""
     lines = []
     for problem in error.errors(include_url=False):
-        key = ".".join(str(part) for part in problem["loc"]) or "(settings)"
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        if not problem["loc"]:
+            lines.append(f"{where}{message}")
+            continue
+        key = ".".join(str(part) for part in problem["loc"])
         given = problem.get("input")
         shown = "" if isinstance(given, dict) else f" (got {given!r:.80})"
-        lines.append(f"{where}setting {key!r}: {problem['msg']}{shown}")
+        lines.append(f"{where}setting {key!r}: {message}{shown}")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """behest's one exception tree. Each class maps to one gRPC status in `api/status.py`.
 
 BehestError
+├── Unauthenticated          missing, bad or expired credentials
 ├── InvalidArgument          bad request field (names the field)
 ├── NotFound                 unknown run, session, snapshot
 ├── AlreadyExists            client_request_id reused with a different request
@@ -21,6 +22,10 @@ from __future__ import annotations
 
 class BehestError(Exception):
     """Base of every error behest raises on purpose."""
+
+
+class Unauthenticated(BehestError):
+    pass
 
 
 class InvalidArgument(BehestError):

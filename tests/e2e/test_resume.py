@@ -154,7 +154,7 @@ async def test_lease_keeping_never_takes_over_this_nodes_own_runs(tmp_path: Path
                         session_id=None, provider="local", model="echo", input="mine"
                     ),
                     run_id=run_id,
-                    identity="default",
+                    tenant="default",
                     now=datetime.now(UTC),
                     traceparent="",
                     owner="node-x",

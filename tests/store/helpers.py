@@ -15,7 +15,7 @@ from behest.domain.snapshots import Snapshot
 from behest.runs import start
 from behest.store.base import AppendEvent, NewRun, Store, UpdateRun, Write
 
-IDENTITY = "test-identity"
+TENANT = "test-tenant"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 SPAN_ID = "b7ad6b7169203331"
@@ -64,7 +64,7 @@ def new_run(
     req: RunRequest | None = None,
     *,
     run_id: str | None = None,
-    identity: str = IDENTITY,
+    tenant: str = TENANT,
     now: datetime | None = None,
     owner: str = "",
     lease_until: datetime | None = None,
@@ -74,7 +74,7 @@ def new_run(
     return NewRun(
         request=req or request(),
         run_id=run_id or new_id(),
-        identity=identity,
+        tenant=tenant,
         now=now or at(),
         traceparent=TRACEPARENT,
         owner=owner,
@@ -97,7 +97,7 @@ async def create(
     req: RunRequest | None = None,
     *,
     run_id: str | None = None,
-    identity: str = IDENTITY,
+    tenant: str = TENANT,
     now: datetime | None = None,
     owner: str = "",
     lease_until: datetime | None = None,
@@ -107,7 +107,7 @@ async def create(
     new = new_run(
         req,
         run_id=run_id,
-        identity=identity,
+        tenant=tenant,
         now=now,
         owner=owner,
         lease_until=lease_until,
@@ -214,8 +214,10 @@ async def trip_circuit_breaker(store: Store, *, failures: int) -> datetime:
     Returns when it opened.
     """
     opened_at = at()
-    await store.record_compaction(succeeded=True, threshold=failures, now=opened_at)
+    await store.record_compaction(tenant=TENANT, succeeded=True, threshold=failures, now=opened_at)
     for _ in range(failures):
-        breaker = await store.record_compaction(succeeded=False, threshold=failures, now=opened_at)
+        breaker = await store.record_compaction(
+            tenant=TENANT, succeeded=False, threshold=failures, now=opened_at
+        )
     assert breaker == CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
     return opened_at

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.store.sql.store import SqlStore
-from tests.store.helpers import trip_circuit_breaker
+from tests.store.helpers import TENANT, trip_circuit_breaker
 
 
 def _some_config(seed: int) -> CompactionConfig:
@@ -31,13 +31,13 @@ def _some_config(seed: int) -> CompactionConfig:
 async def test_put_compaction_config_then_get_returns_it(store: SqlStore) -> None:
     # Two in turn, so that what an earlier test left cannot pass for what this one put.
     for config in (_some_config(1), _some_config(2)):
-        await store.put_compaction_config(config)
+        await store.put_compaction_config(config, tenant=TENANT)
 
-        assert await store.get_compaction_config() == config
+        assert await store.get_compaction_config(tenant=TENANT) == config
 
 
 async def test_put_compaction_config_replaces_the_previous_one(store: SqlStore) -> None:
-    await store.put_compaction_config(_some_config(3))
+    await store.put_compaction_config(_some_config(3), tenant=TENANT)
     latest = CompactionConfig(
         auto=False,
         prune=True,
@@ -49,18 +49,20 @@ async def test_put_compaction_config_replaces_the_previous_one(store: SqlStore) 
         circuit_breaker_threshold=7,
     )
 
-    await store.put_compaction_config(latest)
+    await store.put_compaction_config(latest, tenant=TENANT)
 
-    assert await store.get_compaction_config() == latest
+    assert await store.get_compaction_config(tenant=TENANT) == latest
 
 
 async def test_put_compaction_config_closes_an_open_circuit_breaker(store: SqlStore) -> None:
     await trip_circuit_breaker(store, failures=5)
-    assert (await store.get_circuit_breaker()).is_open(now=datetime.now(UTC), cooldown_s=3600)
+    assert (await store.get_circuit_breaker(tenant=TENANT)).is_open(
+        now=datetime.now(UTC), cooldown_s=3600
+    )
 
-    await store.put_compaction_config(_some_config(4))
+    await store.put_compaction_config(_some_config(4), tenant=TENANT)
 
-    breaker = await store.get_circuit_breaker()
+    breaker = await store.get_circuit_breaker(tenant=TENANT)
     assert breaker == CircuitBreakerState(consecutive_failures=0, opened_at=None)
     assert not breaker.is_open(now=datetime.now(UTC), cooldown_s=3600)
 
@@ -68,7 +70,7 @@ async def test_put_compaction_config_closes_an_open_circuit_breaker(store: SqlSt
 async def test_circuit_breaker_reads_back_failures_and_when_it_opened(store: SqlStore) -> None:
     opened_at = await trip_circuit_breaker(store, failures=4)
 
-    breaker = await store.get_circuit_breaker()
+    breaker = await store.get_circuit_breaker(tenant=TENANT)
 
     assert breaker == CircuitBreakerState(consecutive_failures=4, opened_at=opened_at)
     assert breaker.is_open(now=datetime.now(UTC), cooldown_s=3600)
@@ -77,14 +79,14 @@ async def test_circuit_breaker_reads_back_failures_and_when_it_opened(store: Sql
 async def test_record_compaction_opens_at_the_threshold_and_a_success_closes_it(
     store: SqlStore,
 ) -> None:
-    await store.put_compaction_config(_some_config(5))  # a known, closed breaker
+    await store.put_compaction_config(_some_config(5), tenant=TENANT)  # a known, closed breaker
     now = datetime.now(UTC)
-    first = await store.record_compaction(succeeded=False, threshold=2, now=now)
+    first = await store.record_compaction(tenant=TENANT, succeeded=False, threshold=2, now=now)
     assert (first.consecutive_failures, first.opened_at) == (1, None)
-    second = await store.record_compaction(succeeded=False, threshold=2, now=now)
+    second = await store.record_compaction(tenant=TENANT, succeeded=False, threshold=2, now=now)
     assert second.consecutive_failures == 2
     assert second.is_open(now=now, cooldown_s=60)
     assert not second.is_open(now=now + timedelta(seconds=61), cooldown_s=60)
-    assert await store.get_circuit_breaker() == second
-    closed = await store.record_compaction(succeeded=True, threshold=2, now=now)
+    assert await store.get_circuit_breaker(tenant=TENANT) == second
+    closed = await store.record_compaction(tenant=TENANT, succeeded=True, threshold=2, now=now)
     assert closed == CircuitBreakerState(consecutive_failures=0, opened_at=None)

@@ -1,4 +1,4 @@
-"""client_request_id makes run creation idempotent, per identity (SEMANTICS §4).
+"""client_request_id makes run creation idempotent, per tenant (SEMANTICS §4).
 
 Every creation here goes the way production sends it: `EventLog.create` → `Store.apply_batch`.
 Races run two stores on one database (two engines, as two replicas or processes would have),
@@ -20,7 +20,7 @@ from behest.events.log import EventLog
 from behest.store.base import Write
 from behest.store.sql.store import SqlStore
 from tests.store.conftest import OpenStore
-from tests.store.helpers import IDENTITY, create, finish, new_id, new_run, real_first_step, request
+from tests.store.helpers import TENANT, create, finish, new_id, new_run, real_first_step, request
 
 OpenLog = Callable[[SqlStore], Awaitable[EventLog]]
 ROUNDS = 10
@@ -56,9 +56,9 @@ async def two_logs(store: SqlStore, open_store: OpenStore, open_log: OpenLog) ->
 
 
 async def _create(
-    log: EventLog, req: RunRequest, *, identity: str = IDENTITY
+    log: EventLog, req: RunRequest, *, tenant: str = TENANT
 ) -> tuple[CreatedRun, list[Write]]:
-    return await log.create(new_run(req, identity=identity, first_step=real_first_step))
+    return await log.create(new_run(req, tenant=tenant, first_step=real_first_step))
 
 
 def _keyed(key: str, **fields: str | None) -> RunRequest:
@@ -127,15 +127,17 @@ async def test_same_key_with_a_different_request_is_already_exists_naming_the_ru
     with pytest.raises(AlreadyExists, match=first.run.id):
         await _create(log, _keyed(key, **changed))
 
-    runs = await store.list_runs(session_id=first.run.session_id, status=None, limit=10, offset=0)
+    runs = await store.list_runs(
+        tenant=TENANT, session_id=first.run.session_id, status=None, limit=10, offset=0
+    )
     assert [r.id for r in runs] == [first.run.id]
 
 
-async def test_same_key_under_another_identity_is_independent(log: EventLog) -> None:
+async def test_same_key_under_another_tenant_is_independent(log: EventLog) -> None:
     key = new_id()
-    mine, _ = await _create(log, _keyed(key), identity="alice")
+    mine, _ = await _create(log, _keyed(key), tenant="alice")
 
-    theirs, _ = await _create(log, _keyed(key, input="a different request"), identity="bob")
+    theirs, _ = await _create(log, _keyed(key, input="a different request"), tenant="bob")
 
     assert mine.created and theirs.created
     assert theirs.run.id != mine.run.id
@@ -161,7 +163,9 @@ async def test_two_stores_racing_with_one_key_create_one_run(
         assert winner.id in proposed
         for lost in proposed - {winner.id}:
             assert await store.get_run(lost) is None
-        runs = await store.list_runs(session_id=winner.session_id, status=None, limit=10, offset=0)
+        runs = await store.list_runs(
+            tenant=TENANT, session_id=winner.session_id, status=None, limit=10, offset=0
+        )
         assert [r.id for r in runs] == [winner.id]
         await _assert_one_run_with_one_first_step(store, winner)
         # A different request with the key is refused by either store, naming the run.
@@ -210,7 +214,9 @@ async def test_two_stores_racing_with_one_key_on_a_session_create_one_run(
     assert sum(created.created for created, _ in outcomes) == 1
     assert len({created.run.id for created, _ in outcomes}) == 1
     winner = outcomes[0][0].run
-    runs = await store.list_runs(session_id=earlier.session_id, status=None, limit=20, offset=0)
+    runs = await store.list_runs(
+        tenant=TENANT, session_id=earlier.session_id, status=None, limit=20, offset=0
+    )
     assert [r.id for r in runs] == [winner.id, earlier.id]
     # The user message follows the session's transcript, written once.
     assert [m.position for m in await store.session_messages(earlier.session_id)] == [0]

@@ -12,6 +12,7 @@ from behest.errors import Aborted, NotFound
 from behest.store.sql.store import SqlStore
 from tests.store.conftest import OpenStore
 from tests.store.helpers import (
+    TENANT,
     TRACEPARENT,
     at,
     create,
@@ -223,7 +224,9 @@ async def test_list_runs_of_a_session_is_newest_first(store: SqlStore) -> None:
     history = await _session_history(store)
     session_id = (await store.get_run(history[0][0])).session_id  # type: ignore[union-attr]
 
-    runs = await store.list_runs(session_id=session_id, status=None, limit=100, offset=0)
+    runs = await store.list_runs(
+        tenant=TENANT, session_id=session_id, status=None, limit=100, offset=0
+    )
 
     assert [r.id for r in runs] == [run_id for run_id, _ in reversed(history)]
     assert [r.status for r in runs] == [status for _, status in reversed(history)]
@@ -235,7 +238,12 @@ async def test_list_runs_pages_with_limit_and_offset(store: SqlStore) -> None:
     session_id = (await store.get_run(history[0][0])).session_id  # type: ignore[union-attr]
 
     pages = [
-        [r.id for r in await store.list_runs(session_id=session_id, status=None, limit=2, offset=o)]
+        [
+            r.id
+            for r in await store.list_runs(
+                tenant=TENANT, session_id=session_id, status=None, limit=2, offset=o
+            )
+        ]
         for o in (0, 2, 4, 6)
     ]
 
@@ -248,7 +256,7 @@ async def test_list_runs_filters_by_session_and_status(store: SqlStore) -> None:
     completed = [run_id for run_id, status in reversed(history) if status == RunStatus.COMPLETED]
 
     runs = await store.list_runs(
-        session_id=session_id, status=RunStatus.COMPLETED, limit=100, offset=0
+        tenant=TENANT, session_id=session_id, status=RunStatus.COMPLETED, limit=100, offset=0
     )
 
     assert [r.id for r in runs] == completed
@@ -259,7 +267,9 @@ async def test_list_runs_filters_by_status_across_sessions(store: SqlStore) -> N
     await finish(store, failed.id, RunStatus.FAILED)
     active = await create(store)
 
-    runs = await store.list_runs(session_id=None, status=RunStatus.FAILED, limit=1000, offset=0)
+    runs = await store.list_runs(
+        tenant=TENANT, session_id=None, status=RunStatus.FAILED, limit=1000, offset=0
+    )
 
     ids = {r.id for r in runs}
     assert failed.id in ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 from behest.domain.runs import RunStatus, TokenUsage
 from behest.store.base import DeleteSnapshot, PutSnapshot
 from behest.store.sql.store import SqlStore
-from tests.store.helpers import create, events, new_id, snapshot
+from tests.store.helpers import TENANT, create, events, new_id, snapshot
 
 
 async def test_put_snapshot_then_get_returns_it(store: SqlStore) -> None:
@@ -33,7 +33,7 @@ async def test_put_snapshot_twice_keeps_one_with_the_latest_values(store: SqlSto
     await store.apply([PutSnapshot(latest)])
 
     assert await store.get_snapshot(run.id) == latest
-    assert [s for s in await store.list_snapshots() if s.run_id == run.id] == [latest]
+    assert [s for s in await store.list_snapshots(tenant=TENANT) if s.run_id == run.id] == [latest]
 
 
 async def test_list_snapshots_shows_every_run_in_flight(store: SqlStore) -> None:
@@ -41,7 +41,7 @@ async def test_list_snapshots_shows_every_run_in_flight(store: SqlStore) -> None
     saved = [snapshot(run, iteration=i) for i, run in enumerate(runs)]
     await store.apply([PutSnapshot(s) for s in saved])
 
-    listed = {s.run_id: s for s in await store.list_snapshots()}
+    listed = {s.run_id: s for s in await store.list_snapshots(tenant=TENANT)}
 
     assert [listed.get(run.id) for run in runs] == saved
 
@@ -55,7 +55,7 @@ async def test_delete_snapshot_removes_it(store: SqlStore) -> None:
 
     assert await store.get_snapshot(deleted.id) is None
     assert await store.get_snapshot(kept.id) == kept_snapshot
-    listed = {s.run_id for s in await store.list_snapshots()}
+    listed = {s.run_id for s in await store.list_snapshots(tenant=TENANT)}
     assert deleted.id not in listed
     assert kept.id in listed
 

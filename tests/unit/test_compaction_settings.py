@@ -14,6 +14,8 @@ from behest.domain.compaction import CompactionConfig
 from behest.runs.compaction_settings import CompactionSettings
 from behest.store.base import Store
 
+TENANT = "default"
+
 
 class SharedStore:
     """The one stored configuration replicas share; counts reads, which wait for `open`."""
@@ -25,13 +27,13 @@ class SharedStore:
         self.open = asyncio.Event()
         self.open.set()
 
-    async def get_compaction_config(self) -> CompactionConfig:
+    async def get_compaction_config(self, *, tenant: str) -> CompactionConfig:
         self.reads += 1
         self.reading.set()
         await self.open.wait()
         return self.config
 
-    async def put_compaction_config(self, config: CompactionConfig) -> None:
+    async def put_compaction_config(self, config: CompactionConfig, *, tenant: str) -> None:
         self.config = config
 
 
@@ -54,7 +56,7 @@ async def test_runs_starting_together_share_one_read() -> None:
     cached = settings(store, ttl_s=60, clock=Clock())
     store.open.clear()
     # Tasks start in order: the first starts the read, the others find it in flight.
-    runs = [asyncio.create_task(cached.get()) for _ in range(100)]
+    runs = [asyncio.create_task(cached.get(TENANT)) for _ in range(100)]
     await store.reading.wait()
     assert store.reads == 1 and not any(run.done() for run in runs)
 
@@ -67,14 +69,14 @@ async def test_runs_starting_together_share_one_read() -> None:
 async def test_an_update_here_applies_at_once_and_another_replicas_after_the_ttl() -> None:
     store, clock = SharedStore(), Clock()
     here, there = settings(store, ttl_s=1.0, clock=clock), settings(store, ttl_s=1.0, clock=clock)
-    assert (await here.get()).keep_tokens == (await there.get()).keep_tokens == 8_000
-    await here.put(CompactionConfig(keep_tokens=4_000))
-    assert (await here.get()).keep_tokens == 4_000
+    assert (await here.get(TENANT)).keep_tokens == (await there.get(TENANT)).keep_tokens == 8_000
+    await here.put(TENANT, CompactionConfig(keep_tokens=4_000))
+    assert (await here.get(TENANT)).keep_tokens == 4_000
     clock.now += 0.5
-    assert (await there.get()).keep_tokens == 8_000  # read less than a TTL ago
+    assert (await there.get(TENANT)).keep_tokens == 8_000  # read less than a TTL ago
     assert store.reads == 2
     clock.now += 0.5  # a TTL since there read
-    assert (await there.get()).keep_tokens == 4_000
+    assert (await there.get(TENANT)).keep_tokens == 4_000
     assert store.reads == 3
 
 
@@ -82,8 +84,8 @@ async def test_a_cancelled_reader_leaves_the_others_to_read() -> None:
     store = SharedStore()
     cached = settings(store, ttl_s=60, clock=Clock())
     store.open.clear()
-    first = asyncio.create_task(cached.get())
-    others = [asyncio.create_task(cached.get()) for _ in range(3)]
+    first = asyncio.create_task(cached.get(TENANT))
+    others = [asyncio.create_task(cached.get(TENANT)) for _ in range(3)]
     await store.reading.wait()  # first is reading; the others wait for it
     assert store.reads == 1
     store.reading.clear()

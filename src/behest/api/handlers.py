@@ -1,8 +1,9 @@
 """Builds grpc.aio method handlers from the service descriptors, around thin servicers.
 
 Every handler gets the same edges: requests that do not decode → INVALID_ARGUMENT (not
-UNKNOWN with a class name); domain errors → their status (api/status.py); anything else →
-INTERNAL with a trace id, logged, never with a stack trace; a cap on open streams.
+UNKNOWN with a class name); the tenant's admission (request size, open streams:
+api/admission.py); domain errors → their status (api/status.py); anything else → INTERNAL
+with a trace id, logged, never with a stack trace.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import grpc
 from google.protobuf import descriptor, message_factory
 from google.protobuf.message import DecodeError
 
+from behest.api.admission import Admission
+from behest.api.auth import current_caller
 from behest.api.status import status_of
 from behest.errors import BehestError
 from behest.telemetry import (
@@ -39,16 +42,8 @@ class _Undecodable:
     reason: str
 
 
-class StreamLimit:
-    """Counts open server streams; unary RPCs are never counted, so they cannot be locked out."""
-
-    def __init__(self, maximum: int) -> None:
-        self.maximum = maximum
-        self.open = 0
-
-
 def generic_handler(
-    service: descriptor.ServiceDescriptor, servicer: object, streams: StreamLimit
+    service: descriptor.ServiceDescriptor, servicer: object, admission: Admission
 ) -> grpc.GenericRpcHandler:
     """One handler per method of `service`, calling the servicer method of the same name."""
     handlers = {}
@@ -59,13 +54,13 @@ def generic_handler(
         deserialize = _lenient(request_cls)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _guard_stream(fn, streams),
+                _guard_stream(fn, admission),
                 request_deserializer=deserialize,
                 response_serializer=response_cls.SerializeToString,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _guard_unary(fn),
+                _guard_unary(fn, admission),
                 request_deserializer=deserialize,
                 response_serializer=response_cls.SerializeToString,
             )
@@ -103,32 +98,27 @@ def _bounded(message: str) -> str:
     return message[: MAX_STATUS_MESSAGE_CHARS - 1] + "…"
 
 
-def _guard_unary(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _guard_unary(fn: Callable[..., Any], admission: Admission) -> Callable[..., Any]:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
         await _reject_undecodable(request, context)
         async with _status_on_error(context):
+            admission.check_size(current_caller().tenant, request)
             return await fn(request, context)
 
     return handle
 
 
 def _guard_stream(
-    fn: Callable[..., AsyncIterator[Any]], streams: StreamLimit
+    fn: Callable[..., AsyncIterator[Any]], admission: Admission
 ) -> Callable[..., Any]:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         await _reject_undecodable(request, context)
-        if streams.open >= streams.maximum:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many open streams ({streams.maximum}); close some and retry",
-            )
-        streams.open += 1
-        try:
-            async with _status_on_error(context):
+        async with _status_on_error(context):
+            tenant = current_caller().tenant
+            admission.check_size(tenant, request)
+            with admission.stream(tenant):
                 async for item in fn(request, context):
                     yield item
-        finally:
-            streams.open -= 1
 
     return handle
 

@@ -1,4 +1,4 @@
-"""agent.v1.RunService: validate → one call → convert."""
+"""agent.v1.RunService: validate → one call, for the authenticated caller → convert."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import grpc
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
-from behest.api.requests import RequestLimits, run_query, run_request, uuid_field
+from behest.api.admission import Admission
+from behest.api.auth import current_caller
+from behest.api.requests import run_query, run_request, uuid_field
 from behest.runs.operations import Operations
 from behest.telemetry import traceparent_in
 
@@ -19,24 +21,26 @@ def traceparent(context: grpc.aio.ServicerContext) -> str:
 
 
 class RunServicer:
-    def __init__(self, runs: Operations, limits: RequestLimits) -> None:
+    def __init__(self, runs: Operations, admission: Admission) -> None:
         self._runs = runs
-        self._limits = limits
+        self._admission = admission
 
     async def CreateRun(
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateRunResponse:
-        created = await self._runs.create(
-            run_request(request, self._limits, self._runs), traceparent=traceparent(context)
-        )
+        caller = current_caller()
+        run = run_request(request, self._admission.request_limits(caller.tenant), self._runs)
+        self._admission.take_creation(caller.tenant)
+        created = await self._runs.create(caller, run, traceparent=traceparent(context))
         return pb.CreateRunResponse(run_id=created.run.id, session_id=created.run.session_id)
 
     async def CreateRunStream(
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AgentEvent]:
-        events = self._runs.create_and_follow(
-            run_request(request, self._limits, self._runs), traceparent=traceparent(context)
-        )
+        caller = current_caller()
+        run = run_request(request, self._admission.request_limits(caller.tenant), self._runs)
+        self._admission.take_creation(caller.tenant)
+        events = self._runs.create_and_follow(caller, run, traceparent=traceparent(context))
         async for event in events:
             yield convert.event(event)
 
@@ -44,13 +48,14 @@ class RunServicer:
         self, request: pb.WatchRunEventsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AgentEvent]:
         run_id = uuid_field(request.run_id, "run_id")
-        async for event in self._runs.watch(run_id, after=request.last_event_id):
+        events = self._runs.watch(current_caller(), run_id, after=request.last_event_id)
+        async for event in events:
             yield convert.event(event)
 
     async def GetRun(
         self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRunResponse:
-        run = await self._runs.get(uuid_field(request.run_id, "run_id"))
+        run = await self._runs.get(current_caller(), uuid_field(request.run_id, "run_id"))
         return pb.GetRunResponse(run=convert.run_record(run))
 
     async def ListRuns(
@@ -58,18 +63,22 @@ class RunServicer:
     ) -> pb.ListRunsResponse:
         query = run_query(request)
         runs = await self._runs.list_runs(
-            session_id=query.session_id, status=query.status, limit=query.limit, offset=query.offset
+            current_caller(),
+            session_id=query.session_id,
+            status=query.status,
+            limit=query.limit,
+            offset=query.offset,
         )
         return pb.ListRunsResponse(runs=[convert.run_record(r) for r in runs])
 
     async def GetRunOutput(
         self, request: pb.GetRunOutputRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRunOutputResponse:
-        output = await self._runs.output(uuid_field(request.run_id, "run_id"))
+        output = await self._runs.output(current_caller(), uuid_field(request.run_id, "run_id"))
         return pb.GetRunOutputResponse(output=convert.run_output(output))
 
     async def CancelRun(
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelRunResponse:
-        status = await self._runs.cancel(uuid_field(request.run_id, "run_id"))
+        status = await self._runs.cancel(current_caller(), uuid_field(request.run_id, "run_id"))
         return pb.CancelRunResponse(status=convert.run_status(status))

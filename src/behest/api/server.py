@@ -2,48 +2,59 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest.api.admission import Admission
+from behest.api.auth import Authenticator, AuthInterceptor
 from behest.api.compaction_service import CompactionServicer
-from behest.api.handlers import StreamLimit, generic_handler
-from behest.api.requests import RequestLimits
+from behest.api.handlers import generic_handler
 from behest.api.run_service import RunServicer
 from behest.api.snapshot_service import SnapshotServicer
+from behest.config import AuthSettings, TlsSettings
 from behest.runs.operations import Operations
 
 SERVICES = ("agent.v1.RunService", "agent.v1.CompactionService", "agent.v1.SnapshotService")
 
 
 class ApiServer:
-    """Binds, serves and stops the gRPC server; `port` is known after `start`."""
+    """Binds, serves and stops the gRPC server; `port` is known after `start`.
+
+    Every call passes the authentication interceptor (api/auth.py) first; the port speaks TLS
+    when `[tls]` has a certificate, and wants client certificates when it has a client CA.
+    """
 
     def __init__(
         self,
         runs: Operations,
         *,
         listen: str,
-        limits: RequestLimits,
-        max_streams: int,
+        admission: Admission,
+        auth: AuthSettings,
+        tls: TlsSettings,
         max_receive_message_bytes: int,
     ) -> None:
         self._listen = listen
+        self._tls = tls
         self.port = 0
         self._health = health.aio.HealthServicer()
+        interceptor = AuthInterceptor(Authenticator(auth, tls), protect_health=auth.protect_health)
         self._server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", max_receive_message_bytes)]
+            interceptors=[interceptor],
+            options=[("grpc.max_receive_message_length", max_receive_message_bytes)],
         )
-        streams = StreamLimit(max_streams)
         servicers = {
-            "RunService": RunServicer(runs, limits),
+            "RunService": RunServicer(runs, admission),
             "CompactionService": CompactionServicer(runs),
             "SnapshotService": SnapshotServicer(runs),
         }
         for name, servicer in servicers.items():
             self._server.add_generic_rpc_handlers(
-                (generic_handler(pb.DESCRIPTOR.services_by_name[name], servicer, streams),)
+                (generic_handler(pb.DESCRIPTOR.services_by_name[name], servicer, admission),)
             )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
@@ -51,7 +62,10 @@ class ApiServer:
         )
 
     async def start(self) -> None:
-        self.port = self._server.add_insecure_port(self._listen)
+        if self._tls.enabled:
+            self.port = self._server.add_secure_port(self._listen, _credentials(self._tls))
+        else:
+            self.port = self._server.add_insecure_port(self._listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self._listen}")
         await self._server.start()
@@ -64,3 +78,19 @@ class ApiServer:
 
     async def stop(self, grace_s: float) -> None:
         await self._server.stop(grace_s)
+
+
+def _credentials(tls: TlsSettings) -> grpc.ServerCredentials:
+    """The port's TLS credentials; with a client CA, clients must show a certificate."""
+    key, cert = _read(tls.key_file, "key_file"), _read(tls.cert_file, "cert_file")
+    client_ca = _read(tls.client_ca_file, "client_ca_file") if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+def _read(path: str, setting: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise OSError(f"setting 'tls.{setting}': cannot read {path}: {exc.strerror}") from None

@@ -125,6 +125,8 @@ class Run:
     # The node executing the run, and until when its claim holds.
     owner: str = ""
     lease_expires_at: datetime | None = None
+    # The tenant the run belongs to (domain/callers.py).
+    tenant: str = "default"
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ class LoopBuilder:
         )
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
-        config = await self._compaction_settings.get()
+        config = await self._compaction_settings.get(run.tenant)
         return Compactor(
             run=run,
             log=run_log,

@@ -65,7 +65,7 @@ class Compactor:
             return None
         if compaction.estimate_tokens(compaction.context(transcript)) < self._threshold:
             return None
-        breaker = await self._store.get_circuit_breaker()
+        breaker = await self._store.get_circuit_breaker(tenant=self._run.tenant)
         if breaker.is_open(now=datetime.now(UTC), cooldown_s=self._cooldown_s):
             return None
         return await self._compact(transcript, position, reason="threshold")
@@ -157,11 +157,15 @@ class Compactor:
 
     async def _record(self, *, succeeded: bool) -> None:
         now = datetime.now(UTC)
-        was_open = (await self._store.get_circuit_breaker()).is_open(
+        tenant = self._run.tenant
+        was_open = (await self._store.get_circuit_breaker(tenant=tenant)).is_open(
             now=now, cooldown_s=self._cooldown_s
         )
         state = await self._store.record_compaction(
-            succeeded=succeeded, threshold=self._config.circuit_breaker_threshold, now=now
+            tenant=tenant,
+            succeeded=succeeded,
+            threshold=self._config.circuit_breaker_threshold,
+            now=now,
         )
         if not was_open and state.is_open(now=now, cooldown_s=self._cooldown_s):
             await self._log.emit(ev.CompactionCircuitOpened(state.consecutive_failures))

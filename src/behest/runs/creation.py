@@ -23,19 +23,22 @@ from behest.telemetry import traceparent_of
 
 log = logging.getLogger(__name__)
 
-# Idempotency keys are scoped to an identity; one until callers are authenticated.
-DEFAULT_IDENTITY = "default"
-
 
 def new_run(
-    request: RunRequest, run_id: str, span: trace.Span, *, owner: str, lease_until: datetime
+    request: RunRequest,
+    run_id: str,
+    span: trace.Span,
+    *,
+    tenant: str,
+    owner: str,
+    lease_until: datetime,
 ) -> NewRun:
-    """The creation of run `run_id`, traced by `span` and claimed by `owner`."""
+    """The creation of run `run_id` of `tenant`, traced by `span` and claimed by `owner`."""
     ids = span.get_span_context()
     return NewRun(
         request=request,
         run_id=run_id,
-        identity=DEFAULT_IDENTITY,
+        tenant=tenant,
         now=datetime.now(UTC),
         traceparent=traceparent_of(span),
         owner=owner,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from opentelemetry import trace
@@ -62,6 +63,7 @@ class Executor:
         tools: ToolRegistry,
         limits: LoopLimits,
         max_concurrent_runs: int,
+        max_runs_of: Callable[[str], int] | None = None,
         node_id: str = "local",
         lease_s: float = 30.0,
         resume_runs: bool = True,
@@ -78,6 +80,9 @@ class Executor:
         )
         self._max_runs = max_concurrent_runs
         self._runs: dict[str, OwnedRun] = {}
+        # Active runs per tenant, and each tenant's limit (the server's unless it has one).
+        self._tenant_runs: dict[str, int] = {}
+        self._max_runs_of = max_runs_of or (lambda tenant: max_concurrent_runs)
         self._accepting = True
         self.leases = Leases(store, node=node_id, lease_s=lease_s)
         self._resume_runs = resume_runs
@@ -114,7 +119,9 @@ class Executor:
 
     # --- creating, cancelling, abandoning ------------------------------------------------
 
-    async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
+    async def create(
+        self, request: RunRequest, *, tenant: str, traceparent: str = ""
+    ) -> CreatedRun:
         """Create a run (or find the one its client_request_id names) and start it.
 
         A caller that goes away meanwhile does not stop it: a run whose creation commits
@@ -126,6 +133,12 @@ class Executor:
             raise ResourceExhausted(
                 f"too many active runs ({self._max_runs}); retry when some have finished"
             )
+        mine = self._tenant_runs.get(tenant, 0)
+        if mine >= (allowed := self._max_runs_of(tenant)):
+            raise ResourceExhausted(
+                f"max_concurrent_runs: this tenant has {mine} active runs, its limit "
+                f"({allowed}); retry when some have finished"
+            )
         run_id = str(uuid.uuid4())
         span = tracer().start_span(
             "behest.run",
@@ -134,9 +147,14 @@ class Executor:
         )
         # Reserved before the creation commits: a CancelRun that reads the new run before its
         # task starts finds it here, and the task starts by cancelling.
-        handle = self._runs[run_id] = OwnedRun()
+        handle = self._hold(run_id, OwnedRun(tenant=tenant))
         creation = new_run(
-            request, run_id, span, owner=self.leases.node, lease_until=self.leases.until()
+            request,
+            run_id,
+            span,
+            tenant=tenant,
+            owner=self.leases.node,
+            lease_until=self.leases.until(),
         )
         try:
             return await self._commit_and_start(creation, handle, span)
@@ -230,7 +248,7 @@ class Executor:
         The run is held as ours while its end is written, so no start, resume or second end
         of it can interleave; it is read again once held."""
         self._check_not_leased_elsewhere(run)
-        handle = self._runs[run.id] = OwnedRun(started=True, decided=ending.status)
+        handle = self._hold(run.id, OwnedRun(run.tenant, started=True, decided=ending.status))
         try:
             current = await self._store.get_run(run.id)
             if current is None or current.status.is_terminal:
@@ -256,10 +274,21 @@ class Executor:
                 f"run {run.id} is executing on node {run.owner!r}; ask that node"
             )
 
+    def _hold(self, run_id: str, handle: OwnedRun) -> OwnedRun:
+        """Hold a run in this process (its tenant's active runs count it)."""
+        self._runs[run_id] = handle
+        self._tenant_runs[handle.tenant] = self._tenant_runs.get(handle.tenant, 0) + 1
+        return handle
+
     def _release(self, run_id: str, handle: OwnedRun, problem: str = "") -> None:
         """Forget a run this process reserved or executed; wake whoever waits for its end."""
         if self._runs.get(run_id) is handle:
             del self._runs[run_id]
+            left = self._tenant_runs[handle.tenant] - 1
+            if left:
+                self._tenant_runs[handle.tenant] = left
+            else:
+                del self._tenant_runs[handle.tenant]
         handle.leave(problem)
 
     # --- resuming and adopting -----------------------------------------------------------
@@ -272,7 +301,7 @@ class Executor:
                 return
             if run.id in self._runs:
                 continue
-            handle = self._runs[run.id] = OwnedRun()
+            handle = self._hold(run.id, OwnedRun(run.tenant))
             try:
                 if await self.leases.claim(run.id):
                     await self._resume(run, handle)

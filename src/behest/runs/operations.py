@@ -7,9 +7,11 @@ registries of providers and tools (what a request may name).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
+from behest.domain.callers import Caller
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Role
@@ -24,9 +26,16 @@ from behest.runs.stream import follow
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
 
+# How many runs' tenants are remembered (a few MB at most).
+REMEMBERED_RUNS = 100_000
+
 
 class Operations:
-    """Runs, snapshots and compaction settings, over the executor, the store and the log."""
+    """Runs, snapshots and compaction settings, over the executor, the store and the log.
+
+    Every method acts for a caller, on its tenant's things only: another tenant's run,
+    session or snapshot is answered exactly as one that does not exist.
+    """
 
     def __init__(
         self,
@@ -46,6 +55,8 @@ class Operations:
         self._cooldown_s = cooldown_s
         self._log = event_log
         self._executor = executor
+        # Tenants of runs seen lately: a crowd watching a run costs no read to check it.
+        self._tenants: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     # --- what a request may name ---------------------------------------------------------
 
@@ -58,34 +69,50 @@ class Operations:
 
     # --- runs ---------------------------------------------------------------------------
 
-    async def create(self, request: RunRequest, *, traceparent: str = "") -> CreatedRun:
-        return await self._executor.create(request, traceparent=traceparent)
+    async def create(
+        self, caller: Caller, request: RunRequest, *, traceparent: str = ""
+    ) -> CreatedRun:
+        created = await self._executor.create(
+            request, tenant=caller.tenant, traceparent=traceparent
+        )
+        self._remember(created.run)
+        return created
 
     async def create_and_follow(
-        self, request: RunRequest, *, traceparent: str = ""
+        self, caller: Caller, request: RunRequest, *, traceparent: str = ""
     ) -> AsyncIterator[Event]:
-        created = await self._executor.create(request, traceparent=traceparent)
+        created = await self.create(caller, request, traceparent=traceparent)
         async for event in follow(self._store, self._log, created.run.id, after=0, known=True):
             yield event
 
-    def watch(self, run_id: str, *, after: int) -> AsyncIterator[Event]:
-        return follow(self._store, self._log, run_id, after=after)
+    async def watch(self, caller: Caller, run_id: str, *, after: int) -> AsyncIterator[Event]:
+        if self._tenants.get(run_id) != caller.tenant:
+            await self.get(caller, run_id)
+        async for event in follow(self._store, self._log, run_id, after=after):
+            yield event
 
-    async def get(self, run_id: str) -> Run:
+    async def get(self, caller: Caller, run_id: str) -> Run:
         run = await self._store.get_run(run_id)
-        if run is None:
+        if run is None or run.tenant != caller.tenant:
             raise NotFound(f"run {run_id} not found")
+        self._remember(run)
         return run
 
     async def list_runs(
-        self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
+        self,
+        caller: Caller,
+        *,
+        session_id: str | None,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
     ) -> list[Run]:
         return await self._store.list_runs(
-            session_id=session_id, status=status, limit=limit, offset=offset
+            tenant=caller.tenant, session_id=session_id, status=status, limit=limit, offset=offset
         )
 
-    async def output(self, run_id: str) -> RunOutput:
-        run = await self.get(run_id)
+    async def output(self, caller: Caller, run_id: str) -> RunOutput:
+        run = await self.get(caller, run_id)
         if not run.status.is_terminal:
             raise FailedPrecondition(
                 f"run {run_id} is still {run.status.name}; its output is ready once it ends"
@@ -93,38 +120,48 @@ class Operations:
         messages = [m for m in await self._store.run_messages(run_id) if m.role == Role.ASSISTANT]
         return RunOutput(run=run, messages=messages)
 
-    async def cancel(self, run_id: str) -> RunStatus:
+    async def cancel(self, caller: Caller, run_id: str) -> RunStatus:
+        await self.get(caller, run_id)
         return await self._executor.cancel(run_id)
+
+    def _remember(self, run: Run) -> None:
+        self._tenants[run.id] = run.tenant
+        self._tenants.move_to_end(run.id)
+        if len(self._tenants) > REMEMBERED_RUNS:
+            self._tenants.popitem(last=False)
 
     # --- snapshots ----------------------------------------------------------------------
 
-    async def snapshots(self) -> list[Snapshot]:
-        return await self._store.list_snapshots()
+    async def snapshots(self, caller: Caller) -> list[Snapshot]:
+        return await self._store.list_snapshots(tenant=caller.tenant)
 
-    async def snapshot(self, run_id: str) -> Snapshot:
+    async def snapshot(self, caller: Caller, run_id: str) -> Snapshot:
         found = await self._store.get_snapshot(run_id)
+        if found is not None:
+            run = await self._store.get_run(run_id)
+            found = found if run is not None and run.tenant == caller.tenant else None
         if found is None:
             raise NotFound(f"no snapshot for run {run_id} (it has ended, or never existed)")
         return found
 
-    async def delete_snapshot(self, run_id: str) -> None:
-        await self.snapshot(run_id)
+    async def delete_snapshot(self, caller: Caller, run_id: str) -> None:
+        await self.snapshot(caller, run_id)
         await self._executor.abandon(run_id)
 
     # --- compaction settings --------------------------------------------------------------
 
-    async def compaction_config(self) -> CompactionConfig:
-        return await self._store.get_compaction_config()
+    async def compaction_config(self, caller: Caller) -> CompactionConfig:
+        return await self._store.get_compaction_config(tenant=caller.tenant)
 
-    async def update_compaction_config(self, config: CompactionConfig) -> None:
+    async def update_compaction_config(self, caller: Caller, config: CompactionConfig) -> None:
         problems = config.problems()
         if problems:
             raise InvalidArgument("; ".join(problems))
         if config.provider:
             self.check_model(config.provider, config.model)
-        await self._compaction_settings.put(config)
+        await self._compaction_settings.put(caller.tenant, config)
 
-    async def circuit_breaker(self) -> tuple[CircuitBreakerState, bool]:
-        """The stored breaker, and whether it is open now (its cool-down counted)."""
-        state = await self._store.get_circuit_breaker()
+    async def circuit_breaker(self, caller: Caller) -> tuple[CircuitBreakerState, bool]:
+        """The tenant's breaker, and whether it is open now (its cool-down counted)."""
+        state = await self._store.get_circuit_breaker(tenant=caller.tenant)
         return state, state.is_open(now=datetime.now(UTC), cooldown_s=self._cooldown_s)

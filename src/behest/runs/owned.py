@@ -20,6 +20,7 @@ from behest.errors import DeadlineExceeded, Unavailable
 class OwnedRun:
     """One run held by this process."""
 
+    tenant: str = ""
     task: asyncio.Task[None] | None = None
     started: bool = False  # the task's body runs, so a task.cancel() reaches its handler
     cancel_requested: bool = False

@@ -64,14 +64,14 @@ class NewRun:
     `request.session_id` names one, claimed by `owner` (none if empty) until `lease_until`.
     `first_step(run, position)` is called in the transaction once the run exists, with the
     session's next free message position; its writes commit with the creation. A
-    `request.client_request_id` already used by `identity` creates nothing: the outcome is the
+    `request.client_request_id` already used in `tenant` creates nothing: the outcome is the
     run it named (or AlreadyExists if that run's request differs), and `first_step` is not
     called.
     """
 
     request: RunRequest
     run_id: str
-    identity: str
+    tenant: str
     now: datetime
     traceparent: str
     owner: str
@@ -123,11 +123,21 @@ class Store(Protocol):
         outcomes name it."""
         ...
 
-    async def get_run(self, run_id: str) -> Run | None: ...
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, whichever tenant's (callers check `Run.tenant` against theirs)."""
+        ...
 
     async def list_runs(
-        self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
-    ) -> list[Run]: ...
+        self,
+        *,
+        tenant: str,
+        session_id: str | None,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
+    ) -> list[Run]:
+        """The tenant's runs, newest first."""
+        ...
 
     async def unfinished_runs(self) -> list[Run]:
         """Runs not in a terminal status, oldest first."""
@@ -143,19 +153,25 @@ class Store(Protocol):
 
     async def run_messages(self, run_id: str) -> list[Message]: ...
 
-    async def list_snapshots(self) -> list[Snapshot]: ...
+    async def list_snapshots(self, *, tenant: str) -> list[Snapshot]:
+        """The snapshots of the tenant's runs in flight or interrupted."""
+        ...
 
     async def get_snapshot(self, run_id: str) -> Snapshot | None: ...
 
-    async def get_compaction_config(self) -> CompactionConfig: ...
+    async def get_compaction_config(self, *, tenant: str) -> CompactionConfig:
+        """The tenant's compaction settings; the defaults if it never set its own."""
+        ...
 
-    async def put_compaction_config(self, config: CompactionConfig) -> None: ...
+    async def put_compaction_config(self, config: CompactionConfig, *, tenant: str) -> None:
+        """Set the tenant's compaction settings; this closes its circuit breaker."""
+        ...
 
-    async def get_circuit_breaker(self) -> CircuitBreakerState: ...
+    async def get_circuit_breaker(self, *, tenant: str) -> CircuitBreakerState: ...
 
     async def record_compaction(
-        self, *, succeeded: bool, threshold: int, now: datetime
+        self, *, tenant: str, succeeded: bool, threshold: int, now: datetime
     ) -> CircuitBreakerState:
-        """Count a compaction's outcome across runs; the breaker opens at `threshold`
-        consecutive failures and closes on a success. Returns the new state."""
+        """Count a compaction's outcome across the tenant's runs; its breaker opens at
+        `threshold` consecutive failures and closes on a success. Returns the new state."""
         ...

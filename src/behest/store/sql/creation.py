@@ -73,7 +73,7 @@ def _create(conn: Connection, new: NewRun) -> CreatedRun:
     if key:
         keys, fingerprint = t.idempotency_keys, request.fingerprint()
         found = conn.execute(
-            sa.select(keys).where(keys.c.identity == new.identity, keys.c.key == key)
+            sa.select(keys).where(keys.c.identity == new.tenant, keys.c.key == key)
         ).first()
         if found is not None:
             if found.fingerprint != fingerprint:
@@ -87,7 +87,7 @@ def _create(conn: Connection, new: NewRun) -> CreatedRun:
         # Inserted first so that a racing twin blocks here and then finds this run.
         conn.execute(
             sa.insert(keys).values(
-                identity=new.identity,
+                identity=new.tenant,
                 key=key,
                 fingerprint=fingerprint,
                 run_id=new.run_id,
@@ -111,9 +111,11 @@ def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
     # FOR UPDATE (PostgreSQL; SQLite's writers are serialised anyway): a racing twin waits
     # here and then reads the winner's active_run_id, which the Aborted names.
     session = conn.execute(
-        sa.select(sessions).where(sessions.c.id == session_id).with_for_update()
+        sa.select(sessions)
+        .where(sessions.c.id == session_id, sessions.c.tenant == new.tenant)
+        .with_for_update()
     ).first()
-    if session is None:
+    if session is None:  # another tenant's session is answered as one that does not exist
         raise NotFound(f"session {session_id} not found")
     claimed = conn.execute(
         sa.update(sessions)
@@ -147,6 +149,7 @@ def session_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "created_at": new.now,
         "updated_at": new.now,
         "active_run_id": new.run_id,
+        "tenant": new.tenant,
     }
 
 
@@ -174,4 +177,5 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "max_iterations": request.max_iterations,
         "owner": new.owner or None,
         "lease_expires_at": new.lease_until,
+        "tenant": new.tenant,
     }

@@ -46,6 +46,7 @@ def run_from_row(row: Any) -> Run:
         max_iterations=row.max_iterations,
         owner=row.owner or "",
         lease_expires_at=row.lease_expires_at and utc(row.lease_expires_at),
+        tenant=row.tenant,
     )
 
 

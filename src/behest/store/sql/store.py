@@ -72,9 +72,15 @@ class SqlStore:
             return await conn.run_sync(get_run, run_id)
 
     async def list_runs(
-        self, *, session_id: str | None, status: RunStatus | None, limit: int, offset: int
+        self,
+        *,
+        tenant: str,
+        session_id: str | None,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
     ) -> list[Run]:
-        query = sa.select(t.runs)
+        query = sa.select(t.runs).where(t.runs.c.tenant == tenant)
         if session_id:
             query = query.where(t.runs.c.session_id == session_id)
         if status is not None:
@@ -166,8 +172,13 @@ class SqlStore:
         async with self.engines.reader.connect() as conn:
             return [rows.message_from_row(row) for row in await conn.execute(query)]
 
-    async def list_snapshots(self) -> list[Snapshot]:
-        query = sa.select(t.snapshots).order_by(t.snapshots.c.updated_at, t.snapshots.c.run_id)
+    async def list_snapshots(self, *, tenant: str) -> list[Snapshot]:
+        query = (
+            sa.select(t.snapshots)
+            .join(t.runs, t.runs.c.id == t.snapshots.c.run_id)
+            .where(t.runs.c.tenant == tenant)
+            .order_by(t.snapshots.c.updated_at, t.snapshots.c.run_id)
+        )
         async with self.engines.reader.connect() as conn:
             return [rows.snapshot_from_row(row) for row in await conn.execute(query)]
 
@@ -179,22 +190,23 @@ class SqlStore:
 
     # --- compaction state ---------------------------------------------------------------
 
-    async def get_compaction_config(self) -> CompactionConfig:
-        query = sa.select(t.compaction_config).where(t.compaction_config.c.id == 1)
+    async def get_compaction_config(self, *, tenant: str) -> CompactionConfig:
+        """The tenant's compaction settings, or the defaults if it set none."""
+        query = sa.select(t.compaction_config).where(t.compaction_config.c.tenant == tenant)
         async with self.engines.reader.connect() as conn:
             row = (await conn.execute(query)).first()
         if row is None:
             return CompactionConfig()
         values = row._asdict()
-        values.pop("id")
+        values.pop("tenant")
         return CompactionConfig(**values)
 
-    async def put_compaction_config(self, config: CompactionConfig) -> None:
-        row = {"id": 1, **{name: getattr(config, name) for name in _config_fields()}}
+    async def put_compaction_config(self, config: CompactionConfig, *, tenant: str) -> None:
+        row = {"tenant": tenant, **{name: getattr(config, name) for name in _config_fields()}}
         await self.engines.writer.write(_put_compaction_config, row)
 
-    async def get_circuit_breaker(self) -> CircuitBreakerState:
-        query = sa.select(t.circuit_breaker).where(t.circuit_breaker.c.id == 1)
+    async def get_circuit_breaker(self, *, tenant: str) -> CircuitBreakerState:
+        query = sa.select(t.circuit_breaker).where(t.circuit_breaker.c.tenant == tenant)
         async with self.engines.reader.connect() as conn:
             row = (await conn.execute(query)).first()
         if row is None:
@@ -203,15 +215,15 @@ class SqlStore:
         return CircuitBreakerState(consecutive_failures=row.consecutive_failures, opened_at=opened)
 
     async def record_compaction(
-        self, *, succeeded: bool, threshold: int, now: datetime
+        self, *, tenant: str, succeeded: bool, threshold: int, now: datetime
     ) -> CircuitBreakerState:
         return await self.engines.writer.write(
-            _record_compaction, succeeded=succeeded, threshold=threshold, now=now
+            _record_compaction, tenant=tenant, succeeded=succeeded, threshold=threshold, now=now
         )
 
 
 def _config_fields() -> list[str]:
-    return [c.name for c in t.compaction_config.columns if c.name != "id"]
+    return [c.name for c in t.compaction_config.columns if c.name != "tenant"]
 
 
 # --- write transactions (run by the engines' writer) ----------------------------------------
@@ -247,25 +259,25 @@ def _apply_batch(conn: Connection, items: Sequence[list[Write] | NewRun]) -> lis
 
 
 def _put_compaction_config(conn: Connection, row: dict[str, Any]) -> None:
-    conn.execute(upsert(conn.dialect.name, t.compaction_config, "id"), row)
-    # A new configuration deserves a fresh chance: it closes the breaker.
-    breaker = {"id": 1, "consecutive_failures": 0, "opened_at": None}
-    conn.execute(upsert(conn.dialect.name, t.circuit_breaker, "id"), breaker)
+    conn.execute(upsert(conn.dialect.name, t.compaction_config, "tenant"), row)
+    # A new configuration deserves a fresh chance: it closes the tenant's breaker.
+    breaker = {"tenant": row["tenant"], "consecutive_failures": 0, "opened_at": None}
+    conn.execute(upsert(conn.dialect.name, t.circuit_breaker, "tenant"), breaker)
 
 
 def _record_compaction(
-    conn: Connection, *, succeeded: bool, threshold: int, now: datetime
+    conn: Connection, *, tenant: str, succeeded: bool, threshold: int, now: datetime
 ) -> CircuitBreakerState:
     breaker = t.circuit_breaker
-    query = sa.select(breaker).where(breaker.c.id == 1)
+    query = sa.select(breaker).where(breaker.c.tenant == tenant)
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
     row = conn.execute(query).first()
     failures = 0 if succeeded else (row.consecutive_failures if row else 0) + 1
     # Each failure at or past the threshold (re)opens it: also one after a cool-down.
     opened_at = now if failures >= threshold else None
-    values = {"id": 1, "consecutive_failures": failures, "opened_at": opened_at}
-    conn.execute(upsert(conn.dialect.name, breaker, "id"), values)
+    values = {"tenant": tenant, "consecutive_failures": failures, "opened_at": opened_at}
+    conn.execute(upsert(conn.dialect.name, breaker, "tenant"), values)
     return CircuitBreakerState(consecutive_failures=failures, opened_at=opened_at)
 
 

@@ -41,6 +41,8 @@ sessions = sa.Table(
     sa.Column("updated_at", Ts, nullable=False),
     # The one run allowed to be active on the session; NULL when idle.
     sa.Column("active_run_id", sa.String(36), nullable=True),
+    # The tenant it belongs to (migration 0006).
+    sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
     sa.Index("ix_sessions_active_run", "active_run_id"),
 )
 
@@ -70,8 +72,11 @@ runs = sa.Table(
     # The node executing the run and until when its claim holds (migration 0003).
     sa.Column("owner", sa.String(200), nullable=True),
     sa.Column("lease_expires_at", Ts, nullable=True),
+    # The tenant it belongs to (migration 0006).
+    sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
+    sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
 )
 
 events = sa.Table(
@@ -124,6 +129,7 @@ snapshots = sa.Table(
 idempotency_keys = sa.Table(
     "idempotency_keys",
     metadata,
+    # The tenant (the column predates tenants: it was one "default" identity).
     sa.Column("identity", sa.String(200), primary_key=True),
     sa.Column("key", sa.String(256), primary_key=True),
     sa.Column("fingerprint", sa.String(64), nullable=False),
@@ -131,11 +137,11 @@ idempotency_keys = sa.Table(
     sa.Column("created_at", Ts, nullable=False),
 )
 
-# Single-row tables (id = 1).
+# One row per tenant that set its own (migration 0006); others get the defaults.
 compaction_config = sa.Table(
     "compaction_config",
     metadata,
-    sa.Column("id", sa.SmallInteger, primary_key=True),
+    sa.Column("tenant", sa.String(200), primary_key=True),
     sa.Column("auto", sa.Boolean, nullable=False),
     sa.Column("prune", sa.Boolean, nullable=False),
     sa.Column("buffer_tokens", sa.BigInteger, nullable=False),
@@ -149,7 +155,7 @@ compaction_config = sa.Table(
 circuit_breaker = sa.Table(
     "circuit_breaker",
     metadata,
-    sa.Column("id", sa.SmallInteger, primary_key=True),
+    sa.Column("tenant", sa.String(200), primary_key=True),
     sa.Column("consecutive_failures", sa.Integer, nullable=False),
     sa.Column("opened_at", Ts, nullable=True),
 )

@@ -1,0 +1,100 @@
+"""behest's own admission, per tenant: open streams, run creations per minute, request size.
+
+Separate from grpcio's limits (which know no tenants), so that one tenant at its limits never
+locks out another, and unary RPCs (CancelRun, GetRun) and health always get through: only
+streams count against the stream limit. Over a limit: RESOURCE_EXHAUSTED naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from behest.api.requests import RequestLimits
+from behest.errors import ResourceExhausted
+from behest.tenancy import Tenancy
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """A token bucket holding one minute's worth of creations."""
+
+    tokens: float
+    at: float
+
+
+class Admission:
+    """Counts what each tenant has open and takes what it may do; refuses the rest."""
+
+    def __init__(
+        self,
+        tenancy: Tenancy,
+        *,
+        max_request_id_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._tenancy = tenancy
+        self._max_request_id_bytes = max_request_id_bytes
+        self._clock = clock
+        self._streams: dict[str, int] = {}
+        self._buckets: dict[str, _Bucket] = {}
+
+    def check_size(self, tenant: str, request: Message) -> None:
+        """Refuse a request bigger than the tenant's max_request_bytes."""
+        limit = self._tenancy.limits(tenant).max_request_bytes
+        size = request.ByteSize()
+        if size > limit:
+            raise ResourceExhausted(
+                f"max_request_bytes: the request is {size} bytes, this tenant's limit {limit}"
+            )
+
+    def request_limits(self, tenant: str) -> RequestLimits:
+        limits = self._tenancy.limits(tenant)
+        return RequestLimits(
+            max_input_bytes=limits.max_input_bytes,
+            max_metadata_bytes=limits.max_metadata_bytes,
+            max_request_id_bytes=self._max_request_id_bytes,
+        )
+
+    @contextlib.contextmanager
+    def stream(self, tenant: str) -> Iterator[None]:
+        """Hold one of the tenant's stream slots while the stream is open."""
+        limit = self._tenancy.limits(tenant).max_streams
+        open_now = self._streams.get(tenant, 0)
+        if open_now >= limit:
+            raise ResourceExhausted(
+                f"max_streams: this tenant has {open_now} open streams, its limit; close some "
+                "and retry"
+            )
+        self._streams[tenant] = open_now + 1
+        try:
+            yield
+        finally:
+            left = self._streams[tenant] - 1
+            if left:
+                self._streams[tenant] = left
+            else:
+                del self._streams[tenant]
+
+    def take_creation(self, tenant: str) -> None:
+        """Take one run creation from the tenant's bucket (a minute's worth, refilled evenly)."""
+        per_minute = self._tenancy.limits(tenant).creates_per_minute
+        if not per_minute:
+            return
+        now = self._clock()
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = _Bucket(per_minute, now)
+        bucket.tokens = min(per_minute, bucket.tokens + (now - bucket.at) * per_minute / 60)
+        bucket.at = now
+        if bucket.tokens < 1:
+            wait_s = (1 - bucket.tokens) * 60 / per_minute
+            raise ResourceExhausted(
+                f"creates_per_minute: this tenant may create {per_minute:g} runs a minute; "
+                f"retry in {wait_s:.1f} s"
+            )
+        bucket.tokens -= 1
