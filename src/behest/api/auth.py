@@ -15,8 +15,8 @@ never runs. Handlers read the caller with `current_caller()`.
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
-import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -70,16 +70,10 @@ class Authenticator:
         self._jwt = _JwtVerifier(auth.jwt) if auth.jwt is not None else None
         self._tenant_attribute = _ATTRIBUTES[tls.tenant_attribute]
 
-    def caller(self, context: grpc.aio.ServicerContext) -> Caller:
-        match self.mode:
-            case "none":
-                return ANONYMOUS
-            case "bearer":
-                return self._bearer(context.invocation_metadata() or ())
-            case _:
-                return self._certificate(context.auth_context())
-
-    def _bearer(self, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
+    def from_metadata(self, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
+        """The caller a call's metadata names (mode none: the default tenant's)."""
+        if self.mode == "none":
+            return ANONYMOUS
         sent = [v for k, v in metadata if k == "authorization"]
         if not sent:
             raise Unauthenticated(
@@ -89,15 +83,16 @@ class Authenticator:
         if len(sent) > 1 or not value[: len(_BEARER)].lower() == _BEARER:
             raise Unauthenticated("the authorization metadata must be one 'Bearer <token>'")
         token = value[len(_BEARER) :].strip()
-        digest = hashlib.sha256(token.encode()).digest()
-        for known, caller in self._tokens.items():
-            if hmac.compare_digest(known, digest):
-                return caller
+        # A lookup by the token's SHA-256: what its timing could tell is about hashes.
+        caller = self._tokens.get(hashlib.sha256(token.encode()).digest())
+        if caller is not None:
+            return caller
         if self._jwt is not None and token.count(".") == 2:
             return self._jwt.caller(token)
         raise Unauthenticated("invalid token: it is not one this server accepts")
 
-    def _certificate(self, auth_context: dict[str, list[bytes]]) -> Caller:
+    def from_certificate(self, auth_context: dict[str, list[bytes]]) -> Caller:
+        """The caller a verified TLS client certificate names."""
         pems = auth_context.get("x509_pem_cert") or []
         if not pems:
             raise Unauthenticated("a client certificate is required")
@@ -180,7 +175,12 @@ def _first_san(certificate: x509.Certificate) -> str:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates each call before its handler: the caller, or UNAUTHENTICATED."""
+    """Authenticates each call before its handler: the caller, or UNAUTHENTICATED.
+
+    Tokens are checked here, from the call's metadata, and the caller set for the call's task
+    (grpc.aio runs the interceptor and the handler in one task): no wrapper around handlers.
+    A client certificate is only in the handler's context, so mTLS wraps the handler instead.
+    """
 
     def __init__(self, authenticator: Authenticator, *, protect_health: bool) -> None:
         self._authenticator = authenticator
@@ -197,25 +197,35 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         service = handler_call_details.method.lstrip("/").partition("/")[0]
         if service in self._open:
             return handler
-        return _guarded(handler, self._authenticate)
-
-    async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
+        authenticator = self._authenticator
+        if authenticator.mode == "mtls":
+            return _wrapped(handler, self._from_certificate)
         try:
-            caller = self._authenticator.caller(context)
+            caller = authenticator.from_metadata(handler_call_details.invocation_metadata or ())
         except Unauthenticated as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            return _wrapped(handler, functools.partial(_refuse, str(exc)))
+        _CALLER.set(caller)
+        return handler
+
+    async def _from_certificate(self, context: grpc.aio.ServicerContext) -> None:
+        try:
+            caller = self._authenticator.from_certificate(context.auth_context())
+        except Unauthenticated as exc:
+            await _refuse(str(exc), context)
         _CALLER.set(caller)
 
 
-def _guarded(
-    handler: Any, authenticate: Callable[[grpc.aio.ServicerContext], Awaitable[None]]
-) -> Any:
-    """The handler, its behaviour run only once `authenticate` passed."""
+async def _refuse(message: str, context: grpc.aio.ServicerContext) -> None:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+
+def _wrapped(handler: Any, first: Callable[[grpc.aio.ServicerContext], Awaitable[None]]) -> Any:
+    """The handler, its behaviour run only once `first(context)` returned (it may abort)."""
     if handler.unary_unary is not None:
         behaviour = handler.unary_unary
 
         async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await authenticate(context)
+            await first(context)
             return await behaviour(request, context)
 
         return handler._replace(unary_unary=unary_unary)
@@ -223,7 +233,7 @@ def _guarded(
         streaming = handler.unary_stream
 
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await authenticate(context)
+            await first(context)
             async for item in streaming(request, context):
                 yield item
 
@@ -232,14 +242,14 @@ def _guarded(
         consuming = handler.stream_unary
 
         async def stream_unary(requests: AsyncIterator[Any], context: Any) -> Any:
-            await authenticate(context)
+            await first(context)
             return await consuming(requests, context)
 
         return handler._replace(stream_unary=stream_unary)
     both = handler.stream_stream
 
     async def stream_stream(requests: AsyncIterator[Any], context: Any) -> Any:
-        await authenticate(context)
+        await first(context)
         async for item in both(requests, context):
             yield item
 
