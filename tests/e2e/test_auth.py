@@ -155,12 +155,14 @@ async def code_of(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str]:
 
 
 async def test_every_rpc_without_a_good_token_is_unauthenticated_and_runs_no_handler(
-    start: Start,
+    start: Start, tmp_path: Path
 ) -> None:
-    server = await start(auth_tables())
+    key, tables = jwt_setup(tmp_path)
+    server = await start(tables)
     created = await server.runs.CreateRun(create_request("mine"), metadata=bearer("alice"))
     calls = count_operations(server)
     bad_ones = {
+        "expired": signed(key, exp=int(time.time()) - 3600),
         "none": (),
         "wrong": (("authorization", "Bearer " + secrets.token_urlsafe(32)),),
         "not bearer": (("authorization", f"Basic {TOKENS['alice'][1]}"),),
