@@ -1,154 +1,82 @@
-"""The `behest` command: serve, run and watch agent runs, list and inspect them.
+"""The `behest` command: serve, run and watch agent runs, list and inspect them; make tokens.
 
 Exit codes: 0 the run completed (or the command succeeded), 1 the run failed or was
 cancelled, 2 an RPC or usage error, 130 interrupted (the run itself goes on in the server).
+
+The client commands take `--token` (default $BEHEST_TOKEN), sent as `authorization: Bearer`,
+and `--tls-ca`, `--tls-cert`, `--tls-key` for TLS and mTLS. A token is never printed, not even
+in an error message; only `behest token new` prints the one it makes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
+import hashlib
 import os
+import re
+import secrets
 import sys
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC
-from typing import TextIO
+from typing import NoReturn
 
 import grpc.aio
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from behest._proto.agent.v1 import common_pb2, run_pb2
 from behest.client import BehestClient
-from behest.config import DEFAULT_LISTEN, Settings
-
-# Long tool arguments would drown the answer's text; the full call is in the event log.
-MAX_ARGUMENTS_SHOWN = 200
+from behest.config import DEFAULT_LISTEN, Settings, is_loopback
+from behest.render import (
+    EXIT_OK,
+    EXIT_RUN_NOT_COMPLETED,
+    STATUSES,
+    EventPrinter,
+    format_output,
+    format_run,
+    format_runs,
+    status_name,
+)
 
 # Exit codes of the `behest` command.
-EXIT_OK = 0  # the command did what it says; for `run`/`watch`: the run completed
-EXIT_RUN_NOT_COMPLETED = 1  # the run failed or was cancelled
+# EXIT_OK (0): the command did what it says; for `run`/`watch`: the run completed.
+# EXIT_RUN_NOT_COMPLETED (1): the run failed or was cancelled. Both in render.py.
 EXIT_ERROR = 2  # an RPC or usage error
 EXIT_INTERRUPTED = 130  # Ctrl-C: the client stops; the run itself goes on in the server
 
 
-class EventPrinter:
-    """Renders a run's events for a terminal: text inline, tools and outcome on their lines."""
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self.out = out
-        self.err = err
-        self.run_id = ""
-        self.last_sequence = 0
-        self.exit_code: int | None = None  # set by the terminal event
-        self._iterations: set[int] = set()
-        self._at_line_start = True
-
-    def render(self, event: run_pb2.AgentEvent) -> None:
-        """Print one event."""
-        self.run_id = event.run_id or self.run_id
-        self.last_sequence = max(self.last_sequence, event.sequence)
-        match event.WhichOneof("event"):
-            case "run_started":
-                started = event.run_started
-                print(f"run {event.run_id}  session {started.session_id}", file=self.err)
-                self.err.flush()
-            case "model_started":
-                iteration = event.model_started.iteration
-                if iteration in self._iterations:
-                    # The model call is repeated (retry or resume): its partial text is void.
-                    self._line("[retrying model call]")
-                self._iterations.add(iteration)
-            case "text_delta":
-                self._write(event.text_delta.delta)
-            case "tool_call_completed":
-                call = event.tool_call_completed.call
-                self._line(f"→ tool {call.name}({_shorten(call.arguments)})")
-            case "tool_execution_finished":
-                done = event.tool_execution_finished
-                self._line(f"← {done.tool_name} finished in {done.duration_ms} ms")
-            case "doom_loop_detected":
-                self._line(f"! doom loop detected: {event.doom_loop_detected.description}")
-            case "compaction_circuit_opened":
-                failures = event.compaction_circuit_opened.consecutive_failures
-                self._line(f"! compaction circuit opened after {failures} failures")
-            case "run_completed":
-                completed = event.run_completed
-                reason = _reason(completed.finish_reason)
-                self._line(f"✓ completed ({reason}, {_plural(completed.iterations, 'iteration')})")
-                self.exit_code = EXIT_OK
-            case "run_failed":
-                self._line(f"✗ failed: {event.run_failed.error}")
-                self.exit_code = EXIT_RUN_NOT_COMPLETED
-            case "run_cancelled":
-                self._line("✗ cancelled")
-                self.exit_code = EXIT_RUN_NOT_COMPLETED
-            case _:
-                # Bookkeeping events, and kinds newer than this CLI: nothing to show.
-                pass
-
-    def _write(self, text: str) -> None:
-        if text:
-            self.out.write(text)
-            self.out.flush()
-            self._at_line_start = text.endswith("\n")
-
-    def _line(self, text: str) -> None:
-        self._write(("" if self._at_line_start else "\n") + text + "\n")
+class ClientSetupError(Exception):
+    """The client options cannot make a client: an unreadable file, a token gRPC cannot send."""
 
 
-def format_runs(runs: Sequence[run_pb2.RunRecord]) -> str:
-    """A table of runs, one line each."""
-    rows = [("RUN", "STATUS", "MODEL", "CREATED", "SESSION")]
-    rows += [
-        (
-            r.id,
-            _status(r.status),
-            f"{r.provider.value}/{r.model.value}",
-            _time(r.created_at),
-            r.session_id,
-        )
-        for r in runs
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
-        for row in rows
-    )
+# Values on the command line that argparse's error messages must not show (tokens).
+_HIDDEN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("hidden", default=())
 
 
-def format_run(run: run_pb2.RunRecord) -> str:
-    """One run, a field per line."""
-    fields = [
-        ("run", run.id),
-        ("session", run.session_id),
-        ("status", _status(run.status)),
-        ("model", f"{run.provider.value}/{run.model.value}"),
-        ("metadata", run.metadata or "-"),
-        ("created", _time(run.created_at)),
-        ("updated", _time(run.updated_at)),
-    ]
-    return "\n".join(f"{name:<9} {value}" for name, value in fields)
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose error messages never show a token given on the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        for value in _HIDDEN.get():
+            message = message.replace(value, "<token>")
+        super().error(message)
 
 
-def format_output(output: run_pb2.RunOutput) -> str:
-    """A finished run's summary, then the text of the messages it committed."""
-    reason = _reason(output.finish_reason)
-    usage = output.total_usage
-    lines = [
-        f"run {output.run_id}  session {output.session_id}",
-        f"{reason}, {_plural(output.iterations, 'iteration')}, "
-        f"{usage.input_tokens} in + {usage.output_tokens} out tokens",
-    ]
-    for message in output.messages:
-        text = "".join(part.text.text for part in message.content if part.HasField("text"))
-        calls = [f"→ tool {c.name}({_shorten(c.arguments)})" for c in message.tool_calls]
-        lines += ["", f"[{message.role}]", *([text] if text else []), *calls]
-    return "\n".join(lines)
+def _token_arguments(argv: Sequence[str]) -> tuple[str, ...]:
+    """The values given to --token (or an abbreviation of it) in `argv`."""
+    values = []
+    for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if len(name) > 2 and "--token".startswith(name):
+            if equals:
+                values.append(value)
+            elif i + 1 < len(argv):
+                values.append(argv[i + 1])
+    return tuple(v for v in values if v)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="behest", description="Durable LLM agent runs.")
+    parser = _Parser(prog="behest", description="Durable LLM agent runs.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the gRPC server")
@@ -157,11 +85,36 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="a TOML settings file (default $BEHEST_CONFIG)")
     serve.set_defaults(func=_serve)
 
-    server = argparse.ArgumentParser(add_help=False)
+    server = _Parser(add_help=False)
     server.add_argument(
         "--server",
         default=os.environ.get("BEHEST_SERVER", DEFAULT_LISTEN),
         help="server address (default $BEHEST_SERVER or %(default)s)",
+    )
+    server.add_argument(
+        "--token",
+        default=os.environ.get("BEHEST_TOKEN", ""),
+        help="bearer token, sent as 'authorization: Bearer <token>' (default $BEHEST_TOKEN; "
+        "prefer it: command lines show in `ps`)",
+    )
+    server.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        default=os.environ.get("BEHEST_TLS_CA", ""),
+        help="PEM root certificates of the server's certificate; given, the client speaks TLS "
+        "(default $BEHEST_TLS_CA)",
+    )
+    server.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        default=os.environ.get("BEHEST_TLS_CERT", ""),
+        help="PEM client certificate for mTLS, with --tls-key (default $BEHEST_TLS_CERT)",
+    )
+    server.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        default=os.environ.get("BEHEST_TLS_KEY", ""),
+        help="PEM key of the client certificate (default $BEHEST_TLS_KEY)",
     )
 
     run = commands.add_parser("run", parents=[server], help="start a run and stream it")
@@ -182,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     actions = runs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[server], help="list runs, newest first")
     listing.add_argument("--session", default="")
-    listing.add_argument("--status", choices=_STATUSES, help="only runs in this status")
+    listing.add_argument("--status", choices=STATUSES, help="only runs in this status")
     listing.add_argument("--limit", type=int, default=20)
     listing.set_defaults(func=_runs_list)
     for name, func, text in [
@@ -193,6 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
         action = actions.add_parser(name, parents=[server], help=text)
         action.add_argument("run_id")
         action.set_defaults(func=func)
+
+    token = commands.add_parser("token", help="make bearer tokens for the settings file")
+    token_actions = token.add_subparsers(dest="action", required=True)
+    new = token_actions.add_parser(
+        "new",
+        help="print a new random token, once, and the [auth.tokens.*] table with its SHA-256",
+    )
+    new.add_argument("--tenant", required=True, help="the tenant the token's caller acts in")
+    new.add_argument("--principal", required=True, help="who the token's caller is")
+    new.set_defaults(func=_token_new)
     return parser
 
 
@@ -203,7 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="replace")
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    hidden = _HIDDEN.set(_token_arguments(argv))
+    try:
+        args = build_parser().parse_args(argv)
+    finally:
+        _HIDDEN.reset(hidden)
     printer = EventPrinter(sys.stdout, sys.stderr)
     try:
         code: int = args.func(args, printer)
@@ -211,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return EXIT_ERROR
-    except ConnectionError as exc:
+    except (ConnectionError, ClientSetupError) as exc:
+        # A stream that broke for good; an unreadable TLS file, a token gRPC cannot send (the
+        # client's messages never contain the token).
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
@@ -238,9 +208,84 @@ def _serve(args: argparse.Namespace, printer: EventPrinter) -> int:
     return EXIT_OK
 
 
+def _token_new(args: argparse.Namespace, printer: EventPrinter) -> int:
+    principal, tenant = args.principal.strip(), args.tenant.strip()
+    if not principal or not tenant:
+        print("error: --principal and --tenant must not be empty", file=sys.stderr)
+        return EXIT_ERROR
+    token = secrets.token_urlsafe(32)
+    print(new_token_text(token, principal=principal, tenant=tenant), end="")
+    return EXIT_OK
+
+
+def new_token_text(token: str, *, principal: str, tenant: str) -> str:
+    """What `behest token new` prints: the token, then the settings table with its SHA-256."""
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    return (
+        f"{token}\n"
+        "\n"
+        "This token is shown once and stored nowhere: give it to its caller (they send it as\n"
+        "'authorization: Bearer <token>', e.g. with --token or $BEHEST_TOKEN). Only its SHA-256\n"
+        'goes in the server\'s settings file, in this table (with [auth] mode = "bearer"):\n'
+        "\n"
+        f"[auth.tokens.{_toml_key(principal)}]\n"
+        f"sha256 = {_toml_string(digest)}\n"
+        f"principal = {_toml_string(principal)}\n"
+        f"tenant = {_toml_string(tenant)}\n"
+    )
+
+
+def _toml_key(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_string(name)
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    escaped = []
+    for char in value:
+        if char in '"\\':
+            escaped.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            escaped.append(f"\\u{ord(char):04x}")
+        else:
+            escaped.append(char)
+    return '"' + "".join(escaped) + '"'
+
+
+def _client(args: argparse.Namespace) -> BehestClient:
+    """A client of `--server`, with the token and TLS files the arguments give."""
+    try:
+        client = BehestClient(
+            args.server,
+            token=args.token,
+            tls_ca=args.tls_ca or None,
+            tls_cert=args.tls_cert or None,
+            tls_key=args.tls_key or None,
+        )
+    except (OSError, ValueError) as exc:
+        raise ClientSetupError(str(exc)) from None
+    if client.call_metadata and not client.uses_tls and not _is_loopback(args.server):
+        print(
+            f"warning: the token goes to {args.server} without TLS, readable on the way "
+            "(give --tls-ca)",
+            file=sys.stderr,
+        )
+    return client
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether a gRPC target (host:port, [v6]:port, dns:///…, unix:…) is this machine."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return True
+    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        address = address.removeprefix(scheme)
+    host = address.rpartition(":")[0] if address.count(":") == 1 or "]" in address else address
+    return is_loopback(host)
+
+
 def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
     async def go() -> int:
-        async with BehestClient(args.server) as client:
+        async with _client(args) as client:
             events = client.stream_run(
                 args.input,
                 session_id=args.session,
@@ -256,12 +301,12 @@ def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
 
 def _watch(args: argparse.Namespace, printer: EventPrinter) -> int:
     async def go() -> int:
-        async with BehestClient(args.server) as client:
+        async with _client(args) as client:
             code = await _render_all(client.watch(args.run_id, args.after), printer)
             if printer.exit_code is None:
                 # The run had ended before the cursor: nothing was left to show but its status.
                 status = (await client.get_run(args.run_id)).status
-                print(f"run {args.run_id} {_status(status)}", file=printer.err)
+                print(f"run {args.run_id} {status_name(status)}", file=printer.err)
                 return (
                     EXIT_OK if status == common_pb2.RUN_STATUS_COMPLETED else EXIT_RUN_NOT_COMPLETED
                 )
@@ -285,7 +330,7 @@ def _runs_list(args: argparse.Namespace, printer: EventPrinter) -> int:
     )
 
     async def go() -> list[run_pb2.RunRecord]:
-        async with BehestClient(args.server) as client:
+        async with _client(args) as client:
             return await client.list_runs(session_id=args.session, status=status, limit=args.limit)
 
     runs = asyncio.run(go())
@@ -295,7 +340,7 @@ def _runs_list(args: argparse.Namespace, printer: EventPrinter) -> int:
 
 def _runs_get(args: argparse.Namespace, printer: EventPrinter) -> int:
     async def go() -> run_pb2.RunRecord:
-        async with BehestClient(args.server) as client:
+        async with _client(args) as client:
             return await client.get_run(args.run_id)
 
     print(format_run(asyncio.run(go())))
@@ -304,7 +349,7 @@ def _runs_get(args: argparse.Namespace, printer: EventPrinter) -> int:
 
 def _runs_output(args: argparse.Namespace, printer: EventPrinter) -> int:
     async def go() -> run_pb2.RunOutput:
-        async with BehestClient(args.server) as client:
+        async with _client(args) as client:
             return await client.get_output(args.run_id)
 
     print(format_output(asyncio.run(go())))
@@ -313,46 +358,9 @@ def _runs_output(args: argparse.Namespace, printer: EventPrinter) -> int:
 
 def _runs_cancel(args: argparse.Namespace, printer: EventPrinter) -> int:
     async def go() -> None:
-        async with BehestClient(args.server) as client:
+        async with _client(args) as client:
             await client.cancel(args.run_id)
 
     asyncio.run(go())
     print(f"cancelled run {args.run_id}")
     return EXIT_OK
-
-
-_STATUSES = [
-    name.removeprefix("RUN_STATUS_").lower()
-    for name in common_pb2.RunStatus.keys()
-    if name != "RUN_STATUS_UNSPECIFIED"
-]
-
-
-def _status(value: common_pb2.RunStatus.ValueType) -> str:
-    try:
-        return common_pb2.RunStatus.Name(value).removeprefix("RUN_STATUS_").lower()
-    except ValueError:
-        return str(value)  # a value newer than this CLI
-
-
-def _reason(value: common_pb2.FinishReason.ValueType) -> str:
-    try:
-        return common_pb2.FinishReason.Name(value).removeprefix("FINISH_REASON_").lower()
-    except ValueError:
-        return str(value)
-
-
-def _time(ts: Timestamp) -> str:
-    if not ts.seconds and not ts.nanos:
-        return "-"
-    return ts.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def _shorten(text: str) -> str:
-    if len(text) <= MAX_ARGUMENTS_SHOWN:
-        return text
-    return text[: MAX_ARGUMENTS_SHOWN - 1] + "…"

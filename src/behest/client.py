@@ -5,14 +5,21 @@ UNAVAILABLE they reconnect with WatchRunEvents after the last sequence seen, wit
 exponential backoff. Any other status is raised at once as `grpc.aio.AioRpcError`; so is
 UNAVAILABLE once the attempts are used up. A stream that ends with OK before the run's
 terminal event is treated as a break too, and raises ConnectionError when attempts run out.
+
+Credentials: `token` goes as `authorization: Bearer <token>` metadata on every call (send it
+over TLS unless the server is on loopback: plaintext can be read on the way); `tls_ca` (root
+certificates, PEM) switches the channel to TLS, and `tls_cert` with `tls_key` add a client
+certificate (mTLS). The token is never part of what this module prints, logs or raises.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from types import TracebackType
 
 import grpc
@@ -25,6 +32,10 @@ AgentEvent = run_pb2.AgentEvent
 TERMINAL_KINDS = events.TERMINAL_KINDS
 # Only these mean "the server or the network went away"; any other status is an answer.
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+# What a bearer token may hold: visible ASCII (gRPC refuses other header bytes).
+_TOKEN_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
+
+FilePath = str | os.PathLike[str]
 
 
 def is_terminal(event: run_pb2.AgentEvent) -> bool:
@@ -33,19 +44,34 @@ def is_terminal(event: run_pb2.AgentEvent) -> bool:
 
 
 class BehestClient:
-    """RunService over one channel; use as `async with BehestClient(address) as client:`."""
+    """RunService over one channel; use as `async with BehestClient(address) as client:`.
+
+    `token`: a bearer token, sent on every call. `tls_ca`: a PEM file of the root certificates
+    that sign the server's certificate; TLS is used when it (or a client certificate) is given.
+    `tls_cert`, `tls_key`: PEM files of a client certificate and its key, for mTLS. Files are
+    read here: an unreadable one raises OSError, a token gRPC cannot send ValueError.
+    """
 
     def __init__(
         self,
         address: str,
         *,
         metadata: Sequence[tuple[str, str]] = (),
+        token: str = "",
+        tls_ca: FilePath | None = None,
+        tls_cert: FilePath | None = None,
+        tls_key: FilePath | None = None,
         reconnect_attempts: int = 8,
         reconnect_backoff_s: float = 0.2,
         reconnect_backoff_max_s: float = 5.0,
     ) -> None:
         self.address = address
         self.metadata = tuple(metadata)
+        self._credentials = _channel_credentials(tls_ca, tls_cert, tls_key)
+        # Kept apart from `metadata`: what every call sends, the token included.
+        if token and any(key.lower() == "authorization" for key, _ in self.metadata):
+            raise ValueError("give the token as `token` or in `metadata`, not both")
+        self._call_metadata = self.metadata + _authorization(token)
         # Bounds on each outage: attempts reset whenever an event gets through.
         self._attempts = reconnect_attempts
         self._backoff_s = reconnect_backoff_s
@@ -53,8 +79,21 @@ class BehestClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub: run_pb2_grpc.RunServiceStub | None = None
 
+    @property
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every call of this client sends: `metadata` and the token's authorization."""
+        return self._call_metadata
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether the channel is TLS (a CA or a client certificate was given)."""
+        return self._credentials is not None
+
     async def __aenter__(self) -> BehestClient:
-        self._channel = grpc.aio.insecure_channel(self.address)
+        if self._credentials is None:
+            self._channel = grpc.aio.insecure_channel(self.address)
+        else:
+            self._channel = grpc.aio.secure_channel(self.address, self._credentials)
         self._stub = run_pb2_grpc.RunServiceStub(self._channel)
         return self
 
@@ -74,7 +113,8 @@ class BehestClient:
 
     @property
     def stub(self) -> run_pb2_grpc.RunServiceStub:
-        """The generated stub, for RPCs this client does not wrap."""
+        """The generated stub, for RPCs this client does not wrap: pass them
+        `metadata=client.call_metadata` so that they carry the token too."""
         if self._stub is None:
             raise RuntimeError("BehestClient is not open; use `async with BehestClient(...)`")
         return self._stub
@@ -97,7 +137,7 @@ class BehestClient:
         attempt = 0
         while True:
             try:
-                response = await self.stub.CreateRun(request, metadata=self.metadata)
+                response = await self.stub.CreateRun(request, metadata=self._call_metadata)
                 return response.run_id, response.session_id
             except grpc.aio.AioRpcError as exc:
                 attempt = await self._backoff_or_raise(exc, attempt)
@@ -127,12 +167,14 @@ class BehestClient:
 
     async def cancel(self, run_id: str) -> None:
         """Cancel an active run."""
-        await self.stub.CancelRun(run_pb2.CancelRunRequest(run_id=run_id), metadata=self.metadata)
+        await self.stub.CancelRun(
+            run_pb2.CancelRunRequest(run_id=run_id), metadata=self._call_metadata
+        )
 
     async def get_run(self, run_id: str) -> run_pb2.RunRecord:
         """Return one run's record."""
         request = run_pb2.GetRunRequest(run_id=run_id)
-        return (await self.stub.GetRun(request, metadata=self.metadata)).run
+        return (await self.stub.GetRun(request, metadata=self._call_metadata)).run
 
     async def list_runs(
         self,
@@ -148,12 +190,12 @@ class BehestClient:
             status=status,
             pagination=common_pb2.Pagination(limit=limit, offset=offset),
         )
-        return list((await self.stub.ListRuns(request, metadata=self.metadata)).runs)
+        return list((await self.stub.ListRuns(request, metadata=self._call_metadata)).runs)
 
     async def get_output(self, run_id: str) -> run_pb2.RunOutput:
         """Return what a finished run produced."""
         request = run_pb2.GetRunOutputRequest(run_id=run_id)
-        return (await self.stub.GetRunOutput(request, metadata=self.metadata)).output
+        return (await self.stub.GetRunOutput(request, metadata=self._call_metadata)).output
 
     async def _follow(
         self, create: run_pb2.CreateRunRequest | None, run_id: str, after: int
@@ -164,10 +206,10 @@ class BehestClient:
         while True:
             if run_id:
                 watch = run_pb2.WatchRunEventsRequest(run_id=run_id, last_event_id=last)
-                call = self.stub.WatchRunEvents(watch, metadata=self.metadata)
+                call = self.stub.WatchRunEvents(watch, metadata=self._call_metadata)
             else:
                 assert create is not None
-                call = self.stub.CreateRunStream(create, metadata=self.metadata)
+                call = self.stub.CreateRunStream(create, metadata=self._call_metadata)
             try:
                 async for event in call:
                     if event.sequence <= last:
@@ -210,6 +252,39 @@ class BehestClient:
         # Jitter keeps many clients of a restarted server from reconnecting in step.
         await asyncio.sleep(random.uniform(delay / 2, delay))
         return attempt + 1
+
+
+def _authorization(token: str) -> tuple[tuple[str, str], ...]:
+    """The metadata that carries `token`, or none without one."""
+    token = token.strip()
+    if not token:
+        return ()
+    if not set(token) <= _TOKEN_CHARS:
+        # Never echo the token: say what is wrong with it, not what it is.
+        raise ValueError("the token must be visible ASCII characters, without spaces")
+    return (("authorization", f"Bearer {token}"),)
+
+
+def _channel_credentials(
+    ca: FilePath | None, cert: FilePath | None, key: FilePath | None
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials from PEM files; None (plaintext) when no CA or certificate is given."""
+    if bool(cert) != bool(key):
+        raise ValueError("a client certificate and its key go together (tls_cert and tls_key)")
+    if not ca and not cert:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(ca, "TLS CA") if ca else None,
+        private_key=_read(key, "TLS key") if key else None,
+        certificate_chain=_read(cert, "TLS certificate") if cert else None,
+    )
+
+
+def _read(path: FilePath, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise OSError(f"cannot read the {what} file {os.fspath(path)}: {exc.strerror}") from None
 
 
 def _create_request(

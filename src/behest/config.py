@@ -214,7 +214,7 @@ class Settings(BaseSettings):
             raise ValueError("auth mode 'mtls' needs tls.client_ca_file (and cert_file, key_file)")
         if auth.mode == "bearer" and not auth.tokens and auth.jwt is None:
             raise ValueError("auth mode 'bearer' needs [auth.tokens.NAME] tables or [auth.jwt]")
-        open_to_network = not _is_loopback(self.listen.rpartition(":")[0])
+        open_to_network = not is_loopback(self.listen.rpartition(":")[0])
         if open_to_network and (auth.mode == "none" or not tls.enabled) and not auth.allow_insecure:
             missing = (
                 "authentication and TLS"
@@ -322,7 +322,8 @@ class _TomlFile(PydanticBaseSettingsSource):
         return dict(self._data)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether a host (a name, an IPv4 or IPv6 address, maybe in brackets) is this machine."""
     host = host.strip("[]")
     if host == "localhost":
         return True

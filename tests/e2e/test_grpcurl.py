@@ -7,27 +7,46 @@ declared recipes are exactly the doc's, and a fixture checks that each test ran 
 so the doc and these tests cannot drift apart. The address is replaced by the test server's,
 `RUN_ID` by a run the test made, and `input` by a unique one.
 
+Recipes with `-cacert ca.crt` instead of `-plaintext` run against a TLS server started for
+them (certificates made by tests/certs.py): with `-cert client.crt -key client.key` one that
+wants client certificates (auth mode mtls), else one that wants bearer tokens, whose `TOKEN`
+the test made. Their keys start with `tls` (and `token` when they send one) or `mtls`.
+
 grpcurl runs as an asyncio subprocess: the server shares the test's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
+import secrets
 import shlex
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import run_pb2 as pb
-from tests.support import Server, collect, create_request, kind, script
+from behest._proto.agent.v1 import run_pb2_grpc as run_grpc
+from tests.certs import CertificateAuthority, Pem
+from tests.support import (
+    Server,
+    collect,
+    create_request,
+    fast_settings,
+    kind,
+    script,
+    start_server,
+    stop_server,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "GRPCURL.md"
@@ -58,12 +77,19 @@ EXIT_OUT_OF_RANGE = 64 + 11
 # --- the doc's recipes ------------------------------------------------------------------------
 
 
+# What the TLS recipes name: the CA's certificate, a client's, its key, and a bearer token.
+DOC_CA, DOC_CLIENT_CERT, DOC_CLIENT_KEY = "ca.crt", "client.crt", "client.key"
+DOC_AUTHORIZATION = "authorization: Bearer TOKEN"
+
+
 @dataclass(frozen=True)
 class Recipe:
     key: str
     argv: tuple[str, ...]
     data: dict[str, Any] | None
     source: str
+    # "plaintext", or the TLS server it needs: "tls" (bearer tokens) or "mtls".
+    security: str = "plaintext"
 
 
 def sh_blocks(text: str) -> list[str]:
@@ -75,7 +101,7 @@ def parse_recipe(block: str) -> Recipe:
     assert len(lines) == 1, f"expected exactly one command in the block:\n{block}"
     argv = shlex.split(lines[0])
     assert argv[0] == "grpcurl", f"not a grpcurl command: {lines[0]}"
-    assert "-plaintext" in argv, f"not plaintext: {lines[0]}"
+    security, prefix = tls_of(argv, lines[0])
     for flag in ("-proto", "-protoset", "-import-path"):
         assert not any(a == flag or a.startswith(flag + "=") for a in argv), lines[0]
     assert argv.count(DOC_ADDRESS) == 1, f"expected the address {DOC_ADDRESS}: {lines[0]}"
@@ -85,10 +111,31 @@ def parse_recipe(block: str) -> Recipe:
         assert isinstance(data, dict)
     target = argv[argv.index(DOC_ADDRESS) + 1 :]
     assert target, f"nothing after the address: {lines[0]}"
-    key = " ".join(target)
+    key = " ".join([*prefix, *target])
     if data and "service" in data:
         key += f" {data['service']}"
-    return Recipe(key=key, argv=tuple(argv), data=data, source=lines[0])
+    return Recipe(key=key, argv=tuple(argv), data=data, source=lines[0], security=security)
+
+
+def tls_of(argv: list[str], source: str) -> tuple[str, list[str]]:
+    """How a recipe connects, and the words its key starts with: plaintext (none), `-cacert
+    ca.crt` (tls), and `-cert client.crt -key client.key` (mtls); `token` if it sends TOKEN."""
+    if "-cacert" not in argv:
+        assert "-plaintext" in argv, f"neither plaintext nor -cacert: {source}"
+        assert not {"-cert", "-key", "-H"} & set(argv), f"credentials without TLS: {source}"
+        return "plaintext", []
+    assert "-plaintext" not in argv, source
+    assert argv[argv.index("-cacert") + 1] == DOC_CA, f"-cacert {DOC_CA} expected: {source}"
+    prefix = ["tls"]
+    if "-cert" in argv or "-key" in argv:
+        assert argv[argv.index("-cert") + 1] == DOC_CLIENT_CERT, source
+        assert argv[argv.index("-key") + 1] == DOC_CLIENT_KEY, source
+        prefix = ["mtls"]
+    if "-H" in argv:
+        assert argv[argv.index("-H") + 1] == DOC_AUTHORIZATION, source
+        assert prefix == ["tls"], f"a token to the mtls server: {source}"
+        prefix.append("token")
+    return prefix[0], prefix
 
 
 def doc_recipes() -> dict[str, Recipe]:
@@ -144,23 +191,95 @@ class Result:
         return code.group(1), message.group(1)
 
 
+class TlsServers:
+    """The TLS servers of the `-cacert` recipes, started when a test first needs one: "tls"
+    wants bearer tokens (`tokens`: principal → (tenant, token)), "mtls" client certificates."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir()
+        self.ca = CertificateAuthority(directory)
+        self.server_pem = self.ca.server()
+        self.client_pem = self.ca.client("client", principal="erin", tenant="acme")
+        self.tokens = {
+            "alice": ("acme", secrets.token_urlsafe(32)),
+            "bob": ("globex", secrets.token_urlsafe(32)),
+        }
+        self.running: dict[str, Server] = {}
+
+    async def get(self, security: str) -> Server:
+        if security not in self.running:
+            tls = {"cert_file": str(self.server_pem.cert_file)}
+            tls["key_file"] = str(self.server_pem.key_file)
+            if security == "mtls":
+                auth: dict[str, Any] = {"mode": "mtls"}
+                tls["client_ca_file"] = str(self.ca.pem.cert_file)
+            else:
+                auth = {"mode": "bearer", "tokens": self.token_tables()}
+            settings = fast_settings(self.directory / security)
+            tables = {"auth": auth, "tls": tls}
+            self.running[security] = await start_server(settings.with_tables(tables, source="t"))
+        return self.running[security]
+
+    def token_tables(self) -> dict[str, Any]:
+        return {
+            name: {
+                "sha256": hashlib.sha256(token.encode()).hexdigest(),
+                "principal": name,
+                "tenant": tenant,
+            }
+            for name, (tenant, token) in self.tokens.items()
+        }
+
+    def files(self, client: Pem | None = None) -> dict[str, str]:
+        """What replaces the doc's file names."""
+        client = client or self.client_pem
+        return {
+            DOC_CA: str(self.ca.pem.cert_file),
+            DOC_CLIENT_CERT: str(client.cert_file),
+            DOC_CLIENT_KEY: str(client.key_file),
+        }
+
+    async def stop(self) -> None:
+        for server in self.running.values():
+            await stop_server(server)
+
+
 class Recipes:
     """The doc's recipes, run against one test server; records which ones ran."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, tls: TlsServers) -> None:
         self.server = server
+        self.tls = tls
         self.by_key = doc_recipes()
         self.ran: set[str] = set()
+        self.channels: list[grpc.aio.Channel] = []  # the test's own, closed after it
 
-    async def run(self, key: str, *, run_id: str = "", **data: Any) -> Result:
-        """Run recipe `key`; `data` replaces top-level fields of its `-d` JSON."""
+    async def run(
+        self,
+        key: str,
+        *,
+        run_id: str = "",
+        token: str = "",
+        client: Pem | None = None,
+        **data: Any,
+    ) -> Result:
+        """Run recipe `key`; `data` replaces top-level fields of its `-d` JSON. A TLS recipe
+        sends alice's token unless `token` is given, and `client`'s certificate if given."""
         assert GRPCURL.exists(), f"grpcurl not found at {GRPCURL} (pip install -e '.[dev]')"
         recipe = self.by_key.get(key)
         assert recipe is not None, f"docs/GRPCURL.md has no recipe {key!r}"
+        server, files = self.server, {}
+        if recipe.security != "plaintext":
+            server, files = await self.tls.get(recipe.security), self.tls.files(client)
         argv = [str(GRPCURL)]
         for arg in recipe.argv[1:]:
             if arg == DOC_ADDRESS:
-                arg = self.server.address
+                arg = server.address
+            elif arg in files:
+                arg = files[arg]
+            elif arg == DOC_AUTHORIZATION:
+                arg = arg.replace("TOKEN", token or self.tls.tokens["alice"][1])
             argv.append(arg)
         if data:
             assert recipe.data is not None, f"recipe {key!r} sends no request body"
@@ -190,9 +309,16 @@ async def grpcurl(argv: list[str]) -> Result:
 
 
 @pytest.fixture
-def recipes(server: Server, request: pytest.FixtureRequest) -> Iterator[Recipes]:
-    book = Recipes(server)
-    yield book
+async def recipes(
+    server: Server, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Recipes]:
+    book = Recipes(server, TlsServers(tmp_path / "tls"))
+    try:
+        yield book
+    finally:
+        for channel in book.channels:
+            await channel.close()
+        await book.tls.stop()
     declared = set(DECLARED.get(request.function.__name__, ()))
     assert book.ran == declared, (
         f"{request.function.__name__} declares recipes {sorted(declared)} "
@@ -545,3 +671,110 @@ async def test_list_snapshots_shows_what_is_running(recipes: Recipes) -> None:
     await finished(recipes.server, run_id)
     done = await recipes.run("agent.v1.SnapshotService/ListSnapshots")
     assert done.json() == {}
+
+
+# --- TLS and tokens ---------------------------------------------------------------------------
+
+# grpcurl exits with 64 + the gRPC code: Unauthenticated is 16.
+EXIT_UNAUTHENTICATED = 64 + 16
+
+
+def secure_stub(
+    recipes: Recipes, security: str, client: Pem | None = None
+) -> run_grpc.RunServiceStub:
+    """A RunService stub over TLS to the recipes' `security` server (opened by a recipe)."""
+    tls = recipes.tls
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca.pem.cert,
+        private_key=client.key if client else None,
+        certificate_chain=client.cert if client else None,
+    )
+    channel = grpc.aio.secure_channel(tls.running[security].address, credentials)
+    recipes.channels.append(channel)
+    return run_grpc.RunServiceStub(channel)
+
+
+def bearer(recipes: Recipes, name: str) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {recipes.tls.tokens[name][1]}"),)
+
+
+@runs("tls grpc.health.v1.Health/Check")
+async def test_health_over_tls_needs_no_token(recipes: Recipes) -> None:
+    result = await recipes.run("tls grpc.health.v1.Health/Check")
+    assert result.code == 0, result.stderr
+    assert result.json() == {"status": "SERVING"}
+
+
+@runs("tls token agent.v1.RunService/CreateRunStream", "tls token agent.v1.RunService/ListRuns")
+async def test_a_token_over_tls_streams_a_run_and_lists_its_tenants_runs(
+    recipes: Recipes,
+) -> None:
+    listed = await recipes.run("tls token agent.v1.RunService/ListRuns")
+    assert listed.code == 0, listed.stderr
+    assert listed.json() == {}
+
+    text = unique("over TLS")
+    streamed = await recipes.run("tls token agent.v1.RunService/CreateRunStream", input=text)
+    assert streamed.code == 0, streamed.stderr
+    events = streamed.documents()
+    run_id = field(events[0], "run_id")
+    assert_whole_run(events, run_id)
+    assert event_kind(events[-1]) == "run_completed"
+    deltas = [field(payload(e), "delta") for e in events if event_kind(e) == "text_delta"]
+    assert "".join(deltas) == text
+
+    mine = await recipes.run("tls token agent.v1.RunService/ListRuns")
+    assert mine.code == 0, mine.stderr
+    assert [field(r, "id") for r in field(mine.json(), "runs")] == [run_id]
+    # Another tenant's token sees none of it.
+    theirs = await recipes.run(
+        "tls token agent.v1.RunService/ListRuns", token=recipes.tls.tokens["bob"][1]
+    )
+    assert theirs.code == 0, theirs.stderr
+    assert theirs.json() == {}
+
+
+@runs("tls token agent.v1.RunService/ListRuns", "tls token agent.v1.RunService/CreateRunStream")
+async def test_a_wrong_token_is_unauthenticated_and_not_repeated(recipes: Recipes) -> None:
+    wrong = secrets.token_urlsafe(32)
+    for key in (
+        "tls token agent.v1.RunService/ListRuns",
+        "tls token agent.v1.RunService/CreateRunStream",
+    ):
+        result = await recipes.run(key, token=wrong)
+        assert result.code == EXIT_UNAUTHENTICATED, result.stderr
+        assert result.error()[0] == "Unauthenticated"
+        assert wrong not in result.stdout + result.stderr
+    listed = await secure_stub(recipes, "tls").ListRuns(
+        pb.ListRunsRequest(), metadata=bearer(recipes, "alice")
+    )
+    assert list(listed.runs) == []  # the refused CreateRunStream made nothing
+
+
+@runs("mtls agent.v1.RunService/ListRuns")
+async def test_mtls_lists_the_runs_of_the_certificates_tenant(recipes: Recipes) -> None:
+    empty = await recipes.run("mtls agent.v1.RunService/ListRuns")
+    assert empty.code == 0, empty.stderr
+    assert empty.json() == {}
+
+    tls = recipes.tls
+    created = await secure_stub(recipes, "mtls", tls.client_pem).CreateRun(
+        create_request(unique("mutual"))
+    )
+    listed = await recipes.run("mtls agent.v1.RunService/ListRuns")
+    assert listed.code == 0, listed.stderr
+    assert [field(r, "id") for r in field(listed.json(), "runs")] == [created.run_id]
+    # A certificate of another tenant (its O) lists none of them.
+    frank = tls.ca.client("frank", principal="frank", tenant="umbrella")
+    theirs = await recipes.run("mtls agent.v1.RunService/ListRuns", client=frank)
+    assert theirs.code == 0, theirs.stderr
+    assert theirs.json() == {}
+
+    # Without a client certificate the handshake fails: no RPC is made (grpcurl retries the
+    # dial until its connect timeout, 10 s unless told).
+    argv = [str(GRPCURL), "-connect-timeout", "2", "-cacert", str(tls.ca.pem.cert_file)]
+    argv += [tls.running["mtls"].address, "agent.v1.RunService/ListRuns"]
+    refused = await grpcurl(argv)
+    assert refused.code == 1, refused.stderr
+    assert "Failed to dial target host" in refused.stderr
+    assert refused.stdout == ""

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from behest._proto.agent.v1 import common_pb2, run_pb2
-from behest.cli import EventPrinter, format_output, format_run, format_runs
+from behest.render import EventPrinter, format_output, format_run, format_runs
 
 Payload = dict[str, Any]  # {oneof field name of AgentEvent: its message}
 

@@ -1,0 +1,169 @@
+"""How the `behest` command shows runs and their events on a terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC
+from typing import TextIO
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from behest._proto.agent.v1 import common_pb2, run_pb2
+
+# Long tool arguments would drown the answer's text; the full call is in the event log.
+MAX_ARGUMENTS_SHOWN = 200
+# The command's exit codes a run's end gives (see cli.py for the others).
+EXIT_OK = 0
+EXIT_RUN_NOT_COMPLETED = 1
+
+
+class EventPrinter:
+    """Renders a run's events for a terminal: text inline, tools and outcome on their lines."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.err = err
+        self.run_id = ""
+        self.last_sequence = 0
+        self.exit_code: int | None = None  # set by the terminal event
+        self._iterations: set[int] = set()
+        self._at_line_start = True
+
+    def render(self, event: run_pb2.AgentEvent) -> None:
+        """Print one event."""
+        self.run_id = event.run_id or self.run_id
+        self.last_sequence = max(self.last_sequence, event.sequence)
+        match event.WhichOneof("event"):
+            case "run_started":
+                started = event.run_started
+                print(f"run {event.run_id}  session {started.session_id}", file=self.err)
+                self.err.flush()
+            case "model_started":
+                iteration = event.model_started.iteration
+                if iteration in self._iterations:
+                    # The model call is repeated (retry or resume): its partial text is void.
+                    self._line("[retrying model call]")
+                self._iterations.add(iteration)
+            case "text_delta":
+                self._write(event.text_delta.delta)
+            case "tool_call_completed":
+                call = event.tool_call_completed.call
+                self._line(f"→ tool {call.name}({_shorten(call.arguments)})")
+            case "tool_execution_finished":
+                done = event.tool_execution_finished
+                self._line(f"← {done.tool_name} finished in {done.duration_ms} ms")
+            case "doom_loop_detected":
+                self._line(f"! doom loop detected: {event.doom_loop_detected.description}")
+            case "compaction_circuit_opened":
+                failures = event.compaction_circuit_opened.consecutive_failures
+                self._line(f"! compaction circuit opened after {failures} failures")
+            case "run_completed":
+                completed = event.run_completed
+                reason = _reason(completed.finish_reason)
+                self._line(f"✓ completed ({reason}, {_plural(completed.iterations, 'iteration')})")
+                self.exit_code = EXIT_OK
+            case "run_failed":
+                self._line(f"✗ failed: {event.run_failed.error}")
+                self.exit_code = EXIT_RUN_NOT_COMPLETED
+            case "run_cancelled":
+                self._line("✗ cancelled")
+                self.exit_code = EXIT_RUN_NOT_COMPLETED
+            case _:
+                # Bookkeeping events, and kinds newer than this CLI: nothing to show.
+                pass
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.out.flush()
+            self._at_line_start = text.endswith("\n")
+
+    def _line(self, text: str) -> None:
+        self._write(("" if self._at_line_start else "\n") + text + "\n")
+
+
+def format_runs(runs: Sequence[run_pb2.RunRecord]) -> str:
+    """A table of runs, one line each."""
+    rows = [("RUN", "STATUS", "MODEL", "CREATED", "SESSION")]
+    rows += [
+        (
+            r.id,
+            status_name(r.status),
+            f"{r.provider.value}/{r.model.value}",
+            _time(r.created_at),
+            r.session_id,
+        )
+        for r in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
+    )
+
+
+def format_run(run: run_pb2.RunRecord) -> str:
+    """One run, a field per line."""
+    fields = [
+        ("run", run.id),
+        ("session", run.session_id),
+        ("status", status_name(run.status)),
+        ("model", f"{run.provider.value}/{run.model.value}"),
+        ("metadata", run.metadata or "-"),
+        ("created", _time(run.created_at)),
+        ("updated", _time(run.updated_at)),
+    ]
+    return "\n".join(f"{name:<9} {value}" for name, value in fields)
+
+
+def format_output(output: run_pb2.RunOutput) -> str:
+    """A finished run's summary, then the text of the messages it committed."""
+    reason = _reason(output.finish_reason)
+    usage = output.total_usage
+    lines = [
+        f"run {output.run_id}  session {output.session_id}",
+        f"{reason}, {_plural(output.iterations, 'iteration')}, "
+        f"{usage.input_tokens} in + {usage.output_tokens} out tokens",
+    ]
+    for message in output.messages:
+        text = "".join(part.text.text for part in message.content if part.HasField("text"))
+        calls = [f"→ tool {c.name}({_shorten(c.arguments)})" for c in message.tool_calls]
+        lines += ["", f"[{message.role}]", *([text] if text else []), *calls]
+    return "\n".join(lines)
+
+
+STATUSES = [
+    name.removeprefix("RUN_STATUS_").lower()
+    for name in common_pb2.RunStatus.keys()
+    if name != "RUN_STATUS_UNSPECIFIED"
+]
+
+
+def status_name(value: common_pb2.RunStatus.ValueType) -> str:
+    try:
+        return common_pb2.RunStatus.Name(value).removeprefix("RUN_STATUS_").lower()
+    except ValueError:
+        return str(value)  # a value newer than this CLI
+
+
+def _reason(value: common_pb2.FinishReason.ValueType) -> str:
+    try:
+        return common_pb2.FinishReason.Name(value).removeprefix("FINISH_REASON_").lower()
+    except ValueError:
+        return str(value)
+
+
+def _time(ts: Timestamp) -> str:
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    return ts.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _shorten(text: str) -> str:
+    if len(text) <= MAX_ARGUMENTS_SHOWN:
+        return text
+    return text[: MAX_ARGUMENTS_SHOWN - 1] + "…"
