@@ -1,4 +1,5 @@
-"""`python -m bench` (`make bench`): issue 6's benchmark suite; see bench/README.md.
+"""`python -m bench` (`make bench`): issue 6's benchmark suite, and issue 12's auth row (item
+8); see bench/README.md.
 
 Starts the floor server and behest servers as child processes on 127.0.0.1:0, measures each
 item with clients in this process, prints a table of figures, targets, ratios and verdicts, and
@@ -12,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import sys
 import tempfile
 import time
@@ -31,7 +33,7 @@ from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
 
 RESULTS = ROOT / "bench" / "results"
-ITEMS = ("1", "2", "3", "4", "5", "6", "7")
+ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8")
 NAMES = {
     "1": "floors",
     "2": "one long run",
@@ -40,6 +42,7 @@ NAMES = {
     "5": "replay",
     "6": "idle watchers",
     "7": "PostgreSQL (items 2-5)",
+    "8": "bearer auth",
 }
 # Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
 NEEDS_FLOORS = {"2", "3", "4", "7"}
@@ -309,6 +312,58 @@ async def run_postgres(suite: Suite) -> None:
     suite.results["7"] = result
 
 
+async def run_auth(suite: Suite) -> None:
+    """Item 8: short runs on a server with auth off and on one with a bearer token, in turns."""
+    s = suite.sizes
+    token = secrets.token_urlsafe(32)
+    metadata = (("authorization", f"Bearer {token}"),)
+    with (
+        tempfile.TemporaryDirectory(prefix="behest-bench-") as off_dir,
+        tempfile.TemporaryDirectory(prefix="behest-bench-") as on_dir,
+    ):
+        off = await children.start_behest(Path(off_dir), settings={"BEHEST_AUTH__MODE": "none"})
+        async with children.running(off):
+            on = await children.start_behest(Path(on_dir), settings=children.bearer_auth(token))
+            async with (
+                children.running(on),
+                items.channel(off.address) as off_channel,
+                items.channel(on.address) as on_channel,
+            ):
+                off_stub, on_stub = rpc.RunServiceStub(off_channel), rpc.RunServiceStub(on_channel)
+                await items.warm_up(off_stub)
+                await items.warm_up(on_stub, metadata)
+                result = await suite.item(
+                    "8",
+                    lambda: items.auth_overhead(
+                        off_stub, on_stub, metadata, s.auth_runs, s.auth_concurrency, s.auth_repeats
+                    ),
+                )
+                off.check_alive()
+                on.check_alive()
+    suite.results["8"] = {
+        "name": NAMES["8"],
+        "store": "sqlite",
+        "auth": {"off": "mode none", "on": "mode bearer, one token; every call sends it"},
+        **result,
+    }
+    if "error" in result:
+        return
+    runs = f"{s.auth_runs:,} echo runs, {s.auth_concurrency} at a time"
+    ratio = result["ratio"]
+    suite.rows += [
+        Row("8", f"{runs}, auth off", result["off_runs_per_s"], "runs/s"),
+        Row(
+            "8",
+            f"{runs}, bearer auth on",
+            result["on_runs_per_s"],
+            "runs/s",
+            "≥ 0.9x auth off",
+            ratio,
+            ratio >= 0.9,
+        ),
+    ]
+
+
 async def run(suite: Suite) -> None:
     if suite.only & (NEEDS_FLOORS | {"1"}):
         await guarded(suite, {"1"}, run_floors(suite))
@@ -319,6 +374,8 @@ async def run(suite: Suite) -> None:
         await guarded(suite, {"6"}, run_idle_watchers(suite))
     if "7" in suite.only:
         await run_postgres(suite)
+    if "8" in suite.only:
+        await guarded(suite, {"8"}, run_auth(suite))
 
 
 async def guarded(suite: Suite, keys: set[str], step: Awaitable[None]) -> None:
@@ -404,7 +461,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         metavar="ITEM",
-        help="measure only these items (1-7; repeat or separate with commas); "
+        help="measure only these items (1-8; repeat or separate with commas); "
         "items 2, 3, 4 and 7 measure the floors too, for their ratios",
     )
     parser.add_argument(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -164,6 +165,17 @@ async def start_behest(
     args = ["-m", "behest", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
     env = {**behest_env(database_url), **(settings or {})}
     return await _start("behest server", args, env, "behest serving")
+
+
+def bearer_auth(token: str) -> dict[str, str]:
+    """The settings of a behest server that takes `token` as a bearer token (its SHA-256)."""
+    prefix = "BEHEST_AUTH__TOKENS__BENCH__"
+    return {
+        "BEHEST_AUTH__MODE": "bearer",
+        f"{prefix}SHA256": hashlib.sha256(token.encode()).hexdigest(),
+        f"{prefix}PRINCIPAL": "bench",
+        f"{prefix}TENANT": "bench",
+    }
 
 
 async def start_floor() -> Child:

@@ -1,4 +1,4 @@
-"""The measurements of issue 6: the floors (item 1) and behest's items 2-6.
+"""The measurements of issue 6: the floors (item 1) and behest's items 2-6; item 8 (issue 12).
 
 Every function takes open channels or stubs and its sizes, and returns plain figures; the
 targets, ratios and verdicts are applied in bench/__main__.py.
@@ -182,6 +182,9 @@ class Tally:
         return self.ended_at - self.started
 
 
+Metadata = tuple[tuple[str, str], ...]
+
+
 async def follow(
     call: Any, started: float, *, after: int = 0, on_first: Callable[[], None] | None = None
 ) -> Tally:
@@ -222,16 +225,18 @@ def raise_problem(tally: Tally, what: str) -> None:
         raise RuntimeError(f"{what}: {tally.problem} (run {tally.run_id or 'unknown'})")
 
 
-async def warm_up(stub: rpc.RunServiceStub) -> int:
+async def warm_up(stub: rpc.RunServiceStub, metadata: Metadata = ()) -> int:
     """A few short runs, so the first measured one does not pay for first-use costs.
 
     Returns how many events a one-delta `script` run has besides its delta, so item 5 can ask
-    for a run of exactly the number of events it wants.
+    for a run of exactly the number of events it wants. `metadata` goes with every call.
     """
     for i in range(5):
-        tally = await follow(stub.CreateRunStream(create_request(f"warm up {i}", "echo")), now())
+        request = create_request(f"warm up {i}", "echo")
+        tally = await follow(stub.CreateRunStream(request, metadata=metadata), now())
         raise_problem(tally, "warm-up run")
-    tally = await follow(stub.CreateRunStream(create_request(script(1), "script")), now())
+    request = create_request(script(1), "script")
+    tally = await follow(stub.CreateRunStream(request, metadata=metadata), now())
     raise_problem(tally, "warm-up run")
     return tally.events - 1
 
@@ -437,6 +442,62 @@ async def _close(calls: list[Any], tasks: list[asyncio.Task[Tally]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     calls.clear()
     tasks.clear()
+
+
+async def short_runs_per_s(
+    stub: rpc.RunServiceStub, runs: int, concurrency: int, metadata: Metadata = ()
+) -> float:
+    """`runs` short `echo` runs (CreateRunStream, each read to its end), `concurrency` at a
+    time; runs/s from the first call to the last terminal event."""
+    started = iter(range(runs))
+
+    async def client() -> None:
+        for i in started:
+            request = create_request(f"short run {i}", "echo")
+            tally = await follow(stub.CreateRunStream(request, metadata=metadata), now())
+            raise_problem(tally, "short run")
+
+    began = now()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return runs / (now() - began)
+
+
+async def auth_overhead(
+    off: rpc.RunServiceStub,
+    on: rpc.RunServiceStub,
+    metadata: Metadata,
+    runs: int,
+    concurrency: int,
+    repeats: int,
+) -> dict[str, Any]:
+    """Item 8: the same short runs on a server without authentication (`off`) and on one
+    with bearer tokens (`on`, every call sending `metadata`).
+
+    `repeats` rounds; each measures both servers, one right after the other (off first in
+    even rounds, on first in odd ones), so both see the same machine and the same number of
+    runs already in their databases. The rates are the medians over the rounds, the ratio
+    is the median of the rounds' on/off ratios.
+    """
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for round_ in range(repeats):
+        for mode in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
+            if mode == "off":
+                rates["off"].append(await short_runs_per_s(off, runs, concurrency))
+            else:
+                rates["on"].append(await short_runs_per_s(on, runs, concurrency, metadata))
+    ratios = [
+        on_rate / off_rate for off_rate, on_rate in zip(rates["off"], rates["on"], strict=True)
+    ]
+    return {
+        "runs": runs,
+        "concurrency": concurrency,
+        "repeats": repeats,
+        "off_runs_per_s": statistics.median(rates["off"]),
+        "on_runs_per_s": statistics.median(rates["on"]),
+        "ratio": statistics.median(ratios),
+        "samples": rates,
+        "round_ratios": ratios,
+    }
 
 
 async def with_timeout(seconds: float, what: Awaitable[dict[str, Any]]) -> dict[str, Any]:

@@ -30,6 +30,9 @@ class Sizes:
     idle_watchers_per_run: int
     idle_channels: int
     idle_settle_s: float
+    auth_runs: int
+    auth_concurrency: int
+    auth_repeats: int
     item_timeout_s: float
 
 
@@ -52,6 +55,9 @@ FULL = Sizes(
     idle_watchers_per_run=100,
     idle_channels=10,
     idle_settle_s=2.0,
+    auth_runs=1_000,
+    auth_concurrency=20,
+    auth_repeats=5,
     item_timeout_s=240.0,
 )
 QUICK = Sizes(
@@ -73,5 +79,8 @@ QUICK = Sizes(
     idle_watchers_per_run=50,
     idle_channels=2,
     idle_settle_s=0.5,
+    auth_runs=40,
+    auth_concurrency=10,
+    auth_repeats=2,
     item_timeout_s=60.0,
 )

@@ -344,6 +344,8 @@ def _explain(error: ValidationError, source: str | None) -> str:
             continue
         key = ".".join(str(part) for part in problem["loc"])
         given = problem.get("input")
-        shown = "" if isinstance(given, dict) else f" (got {given!r:.80})"
+        # A value under [auth] or [tls] may be a secret pasted into the wrong key.
+        secret = key.startswith(("auth", "tls"))
+        shown = "" if isinstance(given, dict) or secret else f" (got {given!r:.80})"
         lines.append(f"{where}setting {key!r}: {message}{shown}")
     return "\n".join(lines)

@@ -24,6 +24,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+# Libraries whose DEBUG lines carry what behest must not log (an HTTP client's request and
+# response headers, where a provider may echo a key; a database driver's parameters, user
+# data): they log at WARNING and above whatever behest's own level.
+QUIET = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "hpack",
+    "h2",
+    "openai",
+    "anthropic",
+    "aiosqlite",
+    "asyncpg",
+    "sqlalchemy",
+    "mcp",
+    "urllib3",
+)
+
+
 def setup(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
@@ -33,3 +53,5 @@ def setup(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in QUIET:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

@@ -1,4 +1,4 @@
-"""`python -m bench --quick` runs end to end and its JSON has every item of issue 6.
+"""`python -m bench --quick` runs end to end and its JSON has every item (issues 6 and 12).
 
 The figures of a quick run mean nothing (tiny sizes, and CI machines are noisy), so only the
 shape is checked: every item measured, or item 7 recorded as skipped when no PostgreSQL URL is
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ITEMS = {"1", "2", "3", "4", "5", "6", "7"}
+ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8"}
 POSTGRES = any(os.environ.get(k) for k in ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL"))
 
 
@@ -55,6 +55,8 @@ def test_quick_bench_writes_every_item(tmp_path: Path) -> None:
     assert found["5"]["events_per_s"] > 0
     assert found["6"]["watchers"] > 0
     assert isinstance(found["6"]["growth_mb"], float)
+    assert found["8"]["off_runs_per_s"] > 0 and found["8"]["on_runs_per_s"] > 0
+    assert found["8"]["ratio"] > 0
     if POSTGRES:
         assert "error" not in found["7"], found["7"]
         assert set(found["7"]["items"]) == {"2", "3", "4", "5"}

@@ -90,6 +90,9 @@ def _credentials(tls: TlsSettings) -> grpc.ServerCredentials:
 
 
 def _read(path: str, setting: str) -> bytes:
+    if "\n" in path or "-----BEGIN" in path or len(path) > 4096:
+        # Not a path: most likely the certificate or key itself, which must not be echoed.
+        raise OSError(f"setting 'tls.{setting}' must be a file's path, not its contents")
     try:
         return Path(path).read_bytes()
     except OSError as exc:

@@ -125,6 +125,8 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise ValueError(f"provider {config.name!r}: {_NO_KEY} ({exc})") from None
         client = self._client
+        # The key the SDK found itself (ANTHROPIC_API_KEY) must be masked as well.
+        self._api_key = config.api_key or client.api_key or client.auth_token or ""
         if not (client.api_key or client.auth_token or getattr(client, "credentials", None)):
             raise ValueError(f"provider {config.name!r}: {_NO_KEY}")
 

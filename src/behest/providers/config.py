@@ -28,6 +28,7 @@ from behest.providers.retry import RetryPolicy
 
 TYPES = ("openai", "anthropic", "local")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _KEYS = {
     "type",
     "base_url",
@@ -123,9 +124,16 @@ def _seconds(where: str, raw: dict[str, Any], key: str, default: float) -> float
 
 def _api_key(where: str, raw: dict[str, Any]) -> str:
     if raw.get("api_key_env"):
-        value = os.environ.get(raw["api_key_env"], "")
+        name = str(raw["api_key_env"])
+        if not _ENV_NAME.match(name):
+            # Not a variable's name: most likely the key itself, which must not be echoed.
+            raise ValueError(
+                f"{where}.api_key_env must name an environment variable (A-Z, 0-9, _), "
+                "not hold the key"
+            )
+        value = os.environ.get(name, "")
         if not value:
-            raise ValueError(f"{where}: environment variable {raw['api_key_env']} is not set")
+            raise ValueError(f"{where}: environment variable {name} is not set")
         return value
     if raw.get("api_key_file"):
         try:

@@ -103,7 +103,9 @@ class RunEnder:
     async def end_stored(self, run: Run, ending: Ending) -> None:
         """End a run no task executes (interrupted, or never resumed), from the store."""
         with tracer().start_as_current_span(
-            "behest.run.end", context=context_from_traceparent(run.traceparent)
+            "behest.run.end",
+            context=context_from_traceparent(run.traceparent),
+            record_exception=False,
         ):
             run_log = self._log.open_run(run.id, last_sequence=0)
             run_log.failed = True  # where its log ends is read from the store

@@ -351,7 +351,8 @@ class Executor:
     ) -> None:
         handle.started = True
         try:
-            with trace.use_span(span, end_on_exit=True):
+            # No stack traces in spans: a provider error's causes may quote a key.
+            with trace.use_span(span, end_on_exit=True, record_exception=False):
                 ending, progress = await self._outcome(run, handle, run_log, snapshot, transcript)
                 if ending is None:
                     return  # shutdown: the run stays resumable

@@ -30,7 +30,7 @@ from behest.runs.start import run_started, user_message
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn, TurnAssembler
 from behest.store.base import AppendMessage, Store
-from behest.telemetry import tracer
+from behest.telemetry import span
 from behest.tools.registry import ToolRegistry
 
 
@@ -212,9 +212,9 @@ class AgentLoop:
             ev.ModelStarted(self._run.provider, self._run.model, self.progress.iteration),
             state=self.progress.state(RunStatus.CALLING_MODEL),
         )
-        with tracer().start_as_current_span(
+        with span(
             "behest.model_call",
-            attributes={
+            {
                 "behest.provider": self._run.provider,
                 "behest.model": self._run.model,
                 "behest.iteration": self.progress.iteration,

@@ -15,7 +15,7 @@ from behest.providers.base import ModelRequest, TextChunk
 from behest.providers.guard import guarded_stream
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction import SUMMARY_INSTRUCTIONS, render
-from behest.telemetry import tracer
+from behest.telemetry import span
 
 
 class Summariser:
@@ -49,9 +49,9 @@ class Summariser:
             purpose="summary",
         )
         parts: list[str] = []
-        with tracer().start_as_current_span(
+        with span(
             "behest.compaction.summary",
-            attributes={"behest.provider": self._provider, "behest.model": self._model},
+            {"behest.provider": self._provider, "behest.model": self._model},
         ):
             async with (
                 asyncio.timeout(config.timeout_s),

@@ -18,7 +18,7 @@ from behest.domain.runs import RunStatus
 from behest.events.log import RunLog
 from behest.runs.progress import RunProgress
 from behest.store.base import AppendMessage
-from behest.telemetry import tracer
+from behest.telemetry import span
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
@@ -79,9 +79,7 @@ class ToolRunner:
         # A tool may have side effects: it runs only once its start is durable.
         await asyncio.shield(started)
         began = time.monotonic()
-        with tracer().start_as_current_span(
-            "behest.tool", attributes={"behest.tool": call.name, "behest.call_id": call.id}
-        ):
+        with span("behest.tool", {"behest.tool": call.name, "behest.call_id": call.id}):
             if call.name in self._offered or self._tools.get(call.name) is None:
                 result = await self._tools.execute(call)
             else:
