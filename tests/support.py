@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.app import App
 from behest.config import Settings
+from behest.store.sql.store import MIGRATIONS
 
 POSTGRES_URL = os.environ.get("BEHEST_TEST_POSTGRES_URL", "")
 
@@ -102,3 +108,64 @@ def kind(event: pb.AgentEvent) -> str:
 
 async def collect(stream: AsyncIterator[pb.AgentEvent]) -> list[pb.AgentEvent]:
     return [event async for event in stream]
+
+
+@asynccontextmanager
+async def server_process(
+    data_dir: Path,
+    serving: dict[str, object] | None = None,
+    *,
+    listen: str = "127.0.0.1:0",
+    **settings: str,
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """`behest serve` in a child process (on an ephemeral port unless `listen` names one);
+    yields (process, address) once it serves.
+
+    `settings`: extra BEHEST_* variables; `serving` receives the "behest serving" log entry.
+    """
+    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0", **settings}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "behest",
+        "serve",
+        "--listen",
+        listen,
+        "--data-dir",
+        str(data_dir),
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert process.stderr is not None
+    port = None
+    async with asyncio.timeout(30):
+        while port is None:
+            line = await process.stderr.readline()
+            assert line, "server exited before serving"
+            entry = json.loads(line) if line.startswith(b"{") else {}
+            if entry.get("msg") == "behest serving":
+                port = entry["port"]
+                if serving is not None:
+                    serving.update(entry)
+    drain = asyncio.create_task(process.stderr.read())
+    try:
+        yield process, f"127.0.0.1:{port}"
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        drain.cancel()
+
+
+def sqlite_at_revision(path: Path, revision: str) -> None:
+    """Create a SQLite database at `path` with the schema of migration `revision` (as an
+    older behest left it), for tests of the migrations after it."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = sa.create_engine(f"sqlite:///{path}")
+    try:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+    finally:
+        engine.dispose()

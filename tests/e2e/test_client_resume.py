@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.client import BehestClient, is_terminal
-from tests.support import kind, script
+from tests.support import kind, script, server_process
 
 # A model that streams 80 words, one every 20 ms. A model call cut by a kill is made again
 # after the restart, as the run's next call: the script's next step.
@@ -39,41 +36,10 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def serve(data_dir: Path, port: int) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`behest serve` on 127.0.0.1:`port` in a child process, once it logs that it serves.
-
-    tests/e2e/test_crash.py's `server_process` always listens on port 0; this needs a port
-    that stays the same across a restart.
-    """
-    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "behest",
-        "serve",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--data-dir",
-        str(data_dir),
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert process.stderr is not None
-    async with asyncio.timeout(30):
-        while True:
-            line = await process.stderr.readline()
-            assert line, "server exited before serving"
-            entry = json.loads(line) if line.startswith(b"{") else {}
-            if entry.get("msg") == "behest serving":
-                assert entry["port"] == port
-                break
-    drain = asyncio.create_task(process.stderr.read())
-    try:
+    """`behest serve` on 127.0.0.1:`port` (the same across a restart), once it serves."""
+    async with server_process(data_dir, listen=f"127.0.0.1:{port}") as (process, address):
+        assert address == f"127.0.0.1:{port}"
         yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-        drain.cancel()
 
 
 def assert_complete_once(events: list[pb.AgentEvent]) -> None:

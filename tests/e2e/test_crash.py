@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
@@ -16,51 +10,9 @@ import grpc
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from tests.support import collect, create_request, kind, script
+from tests.support import collect, create_request, kind, script, server_process
 
 TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
-
-
-@asynccontextmanager
-async def server_process(
-    data_dir: Path, serving: dict[str, object] | None = None, **settings: str
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """`behest serve` in a child process on an ephemeral port; yields (process, address).
-
-    `settings`: extra BEHEST_* variables; `serving` receives the "behest serving" log entry.
-    """
-    env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0", **settings}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "behest",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        str(data_dir),
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert process.stderr is not None
-    port = None
-    async with asyncio.timeout(30):
-        while port is None:
-            line = await process.stderr.readline()
-            assert line, "server exited before serving"
-            entry = json.loads(line) if line.startswith(b"{") else {}
-            if entry.get("msg") == "behest serving":
-                port = entry["port"]
-                if serving is not None:
-                    serving.update(entry)
-    drain = asyncio.create_task(process.stderr.read())
-    try:
-        yield process, f"127.0.0.1:{port}"
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-        drain.cancel()
 
 
 async def test_runs_and_events_survive_kill_9_and_restart(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ import pytest
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from tests.e2e.test_crash import server_process
 from tests.support import (
     Server,
     collect,
@@ -22,6 +21,7 @@ from tests.support import (
     fast_settings,
     kind,
     script,
+    server_process,
     start_server,
     stop_server,
 )

@@ -28,9 +28,8 @@ import grpc
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from tests.e2e.test_crash import server_process
 from tests.fault.history import History, Watcher, events_of, kind, read_stored
-from tests.support import create_request, script
+from tests.support import create_request, script, server_process
 
 ROUNDS = 5  # kills; the server then lives a sixth time, until every run has ended
 FIRST_RUNS = 8

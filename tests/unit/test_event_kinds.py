@@ -7,17 +7,14 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.client import TERMINAL_KINDS
 from behest.domain import events as ev
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.events import codec
-from behest.store.sql.store import MIGRATIONS, SqlStore
+from behest.store.sql.store import SqlStore
+from tests.support import sqlite_at_revision
 
 
 def test_every_kind_is_a_field_of_agent_events_oneof_and_back() -> None:
@@ -52,13 +49,7 @@ async def test_events_stored_under_class_names_are_renamed_by_the_migration(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "behest.db"
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    engine = sa.create_engine(f"sqlite:///{path}")
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0004")
-    engine.dispose()
+    sqlite_at_revision(path, "0004")
     with sqlite3.connect(path) as db:  # a 0.4 database: kinds were class names
         db.execute(
             "INSERT INTO events (run_id, sequence, kind, payload, created_at, trace_id, span_id)"

@@ -5,25 +5,16 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-
 from behest.domain.callers import DEFAULT_TENANT
-from behest.store.sql.store import MIGRATIONS, SqlStore
+from behest.store.sql.store import SqlStore
+from tests.support import sqlite_at_revision
 
 
 async def test_runs_sessions_and_compaction_settings_move_to_the_default_tenant(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "behest.db"
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    engine = sa.create_engine(f"sqlite:///{path}")
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0005")
-    engine.dispose()
+    sqlite_at_revision(path, "0005")
     with sqlite3.connect(path) as db:  # what a 0.4 server left behind
         db.execute(
             "INSERT INTO sessions (id, created_at, updated_at, active_run_id)"
