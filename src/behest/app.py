@@ -16,6 +16,7 @@ from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.events.log import EventLog
 from behest.providers.factory import build_registry
+from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
@@ -56,24 +57,7 @@ class App:
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
-        self.executor = Executor(
-            store=self.store,
-            event_log=self.event_log,
-            providers=self.providers,
-            tools=self.tools,
-            limits=LoopLimits(
-                max_iterations=settings.max_iterations,
-                tool_concurrency=settings.tool_concurrency,
-                compaction_cooldown_s=settings.compaction_cooldown_s,
-                coalesce_text_deltas=settings.coalesce_text_deltas,
-            ),
-            max_concurrent_runs=settings.max_concurrent_runs,
-            max_runs_of=lambda tenant: self.tenancy.limits(tenant).max_concurrent_runs,
-            node_id=settings.node_id,
-            lease_s=settings.run_lease_s,
-            resume_runs=settings.resume_runs,
-            compaction_settings=compaction_settings,
-        )
+        self.executor = self._executor(settings, compaction_settings)
         self.runs = Operations(
             store=self.store,
             event_log=self.event_log,
@@ -93,6 +77,30 @@ class App:
         )
         self._started = False
         self._stopped = False
+
+    def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:
+        builder = LoopBuilder(
+            store=self.store,
+            providers=self.providers,
+            tools=self.tools,
+            limits=LoopLimits(
+                max_iterations=settings.max_iterations,
+                tool_concurrency=settings.tool_concurrency,
+                compaction_cooldown_s=settings.compaction_cooldown_s,
+                coalesce_text_deltas=settings.coalesce_text_deltas,
+            ),
+            compaction_settings=compaction,
+        )
+        return Executor(
+            store=self.store,
+            event_log=self.event_log,
+            builder=builder,
+            max_concurrent_runs=settings.max_concurrent_runs,
+            max_runs_of=lambda tenant: self.tenancy.limits(tenant).max_concurrent_runs,
+            node_id=settings.node_id,
+            lease_s=settings.run_lease_s,
+            resume_runs=settings.resume_runs,
+        )
 
     @property
     def port(self) -> int:

@@ -19,7 +19,7 @@ import re
 import secrets
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc.aio
 
@@ -85,37 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="a TOML settings file (default $BEHEST_CONFIG)")
     serve.set_defaults(func=_serve)
 
-    server = _Parser(add_help=False)
-    server.add_argument(
-        "--server",
-        default=os.environ.get("BEHEST_SERVER", DEFAULT_LISTEN),
-        help="server address (default $BEHEST_SERVER or %(default)s)",
-    )
-    server.add_argument(
-        "--token",
-        default=os.environ.get("BEHEST_TOKEN", ""),
-        help="bearer token, sent as 'authorization: Bearer <token>' (default $BEHEST_TOKEN; "
-        "prefer it: command lines show in `ps`)",
-    )
-    server.add_argument(
-        "--tls-ca",
-        metavar="FILE",
-        default=os.environ.get("BEHEST_TLS_CA", ""),
-        help="PEM root certificates of the server's certificate; given, the client speaks TLS "
-        "(default $BEHEST_TLS_CA)",
-    )
-    server.add_argument(
-        "--tls-cert",
-        metavar="FILE",
-        default=os.environ.get("BEHEST_TLS_CERT", ""),
-        help="PEM client certificate for mTLS, with --tls-key (default $BEHEST_TLS_CERT)",
-    )
-    server.add_argument(
-        "--tls-key",
-        metavar="FILE",
-        default=os.environ.get("BEHEST_TLS_KEY", ""),
-        help="PEM key of the client certificate (default $BEHEST_TLS_KEY)",
-    )
+    server = _connection_options()
 
     run = commands.add_parser("run", parents=[server], help="start a run and stream it")
     run.add_argument("input", help="the user's message")
@@ -147,6 +117,47 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("run_id")
         action.set_defaults(func=func)
 
+    _token_commands(commands)
+    return parser
+
+
+def _connection_options() -> _Parser:
+    """--server, --token and the TLS options every client command takes."""
+    server = _Parser(add_help=False)
+    server.add_argument(
+        "--server",
+        default=os.environ.get("BEHEST_SERVER", DEFAULT_LISTEN),
+        help="server address (default $BEHEST_SERVER or %(default)s)",
+    )
+    server.add_argument(
+        "--token",
+        default=os.environ.get("BEHEST_TOKEN", ""),
+        help="bearer token, sent as 'authorization: Bearer <token>' (default $BEHEST_TOKEN; "
+        "prefer it: command lines show in `ps`)",
+    )
+    server.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        default=os.environ.get("BEHEST_TLS_CA", ""),
+        help="PEM root certificates of the server's certificate; given, the client speaks TLS "
+        "(default $BEHEST_TLS_CA)",
+    )
+    server.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        default=os.environ.get("BEHEST_TLS_CERT", ""),
+        help="PEM client certificate for mTLS, with --tls-key (default $BEHEST_TLS_CERT)",
+    )
+    server.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        default=os.environ.get("BEHEST_TLS_KEY", ""),
+        help="PEM key of the client certificate (default $BEHEST_TLS_KEY)",
+    )
+    return server
+
+
+def _token_commands(commands: Any) -> None:
     token = commands.add_parser("token", help="make bearer tokens for the settings file")
     token_actions = token.add_subparsers(dest="action", required=True)
     new = token_actions.add_parser(
@@ -156,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--tenant", required=True, help="the tenant the token's caller acts in")
     new.add_argument("--principal", required=True, help="who the token's caller is")
     new.set_defaults(func=_token_new)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from opentelemetry import trace
 
@@ -29,19 +28,15 @@ from behest.errors import (
     Unavailable,
 )
 from behest.events.log import EventLog, RunLog
-from behest.providers.registry import ProviderRegistry
 from behest.runs.builder import LoopBuilder
-from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.creation import commit_creation, new_run
 from behest.runs.ending import Ending, RunEnder
-from behest.runs.leases import Leases, leased_elsewhere
-from behest.runs.loop import LoopLimits
-from behest.runs.owned import OwnedRun
+from behest.runs.leases import Leases
+from behest.runs.owned import Held, OwnedRun
 from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
 from behest.store.base import AppendMessage, NewRun, Store
 from behest.telemetry import context_from_traceparent, current_trace_ids, tracer
-from behest.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +44,7 @@ log = logging.getLogger(__name__)
 CANCEL_WAIT_S = 10.0
 # Times CancelRun starts over when the run changed hands while it waited (a lost claim).
 _CANCEL_TRIES = 3
+STOPPED = "the server is shutting down; the run stays resumable"
 
 
 class Executor:
@@ -59,29 +55,19 @@ class Executor:
         *,
         store: Store,
         event_log: EventLog,
-        providers: ProviderRegistry,
-        tools: ToolRegistry,
-        limits: LoopLimits,
+        builder: LoopBuilder,
         max_concurrent_runs: int,
         max_runs_of: Callable[[str], int] | None = None,
         node_id: str = "local",
         lease_s: float = 30.0,
         resume_runs: bool = True,
-        compaction_settings: CompactionSettings,
     ) -> None:
         self._store = store
         self._log = event_log
-        self._builder = LoopBuilder(
-            store=store,
-            providers=providers,
-            tools=tools,
-            limits=limits,
-            compaction_settings=compaction_settings,
-        )
+        self._builder = builder
         self._max_runs = max_concurrent_runs
-        self._runs: dict[str, OwnedRun] = {}
-        # Active runs per tenant, and each tenant's limit (the server's unless it has one).
-        self._tenant_runs: dict[str, int] = {}
+        self._runs = Held()
+        # Each tenant's limit of active runs (the server's unless it has its own).
         self._max_runs_of = max_runs_of or (lambda tenant: max_concurrent_runs)
         self._accepting = True
         self.leases = Leases(store, node=node_id, lease_s=lease_s)
@@ -108,10 +94,10 @@ class Executor:
         await self.leases.stop()
         if self._background:
             await asyncio.wait(self._background, timeout=CANCEL_WAIT_S)
-        tasks = [h.task for h in self._runs.values() if h.task is not None]
+        tasks = self._runs.tasks()
         if tasks and grace_s > 0:
             await asyncio.wait(tasks, timeout=grace_s)
-        tasks = [h.task for h in self._runs.values() if h.task is not None]
+        tasks = self._runs.tasks()
         for task in tasks:
             task.cancel()
         if tasks:
@@ -133,7 +119,7 @@ class Executor:
             raise ResourceExhausted(
                 f"too many active runs ({self._max_runs}); retry when some have finished"
             )
-        mine = self._tenant_runs.get(tenant, 0)
+        mine = self._runs.of_tenant(tenant)
         if mine >= (allowed := self._max_runs_of(tenant)):
             raise ResourceExhausted(
                 f"max_concurrent_runs: this tenant has {mine} active runs, its limit "
@@ -147,7 +133,7 @@ class Executor:
         )
         # Reserved before the creation commits: a CancelRun that reads the new run before its
         # task starts finds it here, and the task starts by cancelling.
-        handle = self._hold(run_id, OwnedRun(tenant=tenant))
+        handle = self._runs.hold(run_id, OwnedRun(tenant=tenant))
         creation = new_run(
             request,
             run_id,
@@ -184,12 +170,12 @@ class Executor:
         except asyncio.CancelledError:
             raise  # the caller's; the creation goes on in the background (see create)
         except BaseException:
-            self._release(creation.run_id, handle)
+            self._runs.release(creation.run_id, handle)
             span.end()
             raise
         created, first_writes = outcome
         if not created.created:
-            self._release(creation.run_id, handle)
+            self._runs.release(creation.run_id, handle)
             span.end()
             return created
         span.set_attribute("behest.session_id", created.run.session_id)
@@ -247,14 +233,14 @@ class Executor:
         """End a run no task of this process owns; returns how it ended (None: it vanished).
         The run is held as ours while its end is written, so no start, resume or second end
         of it can interleave; it is read again once held."""
-        self._check_not_leased_elsewhere(run)
-        handle = self._hold(run.id, OwnedRun(run.tenant, started=True, decided=ending.status))
+        self.leases.check_not_elsewhere(run)
+        handle = self._runs.hold(run.id, OwnedRun(run.tenant, started=True, decided=ending.status))
         try:
             current = await self._store.get_run(run.id)
             if current is None or current.status.is_terminal:
                 handle.final = None if current is None else current.status
                 return handle.final
-            self._check_not_leased_elsewhere(current)
+            self.leases.check_not_elsewhere(current)
             try:
                 async with asyncio.timeout(CANCEL_WAIT_S):
                     await self._ender.end_stored(current, ending)
@@ -266,30 +252,7 @@ class Executor:
             handle.final = ending.status
             return handle.final
         finally:
-            self._release(run.id, handle, "its end could not be written")
-
-    def _check_not_leased_elsewhere(self, run: Run) -> None:
-        if leased_elsewhere(run, self.leases.node, datetime.now(UTC)):
-            raise FailedPrecondition(
-                f"run {run.id} is executing on node {run.owner!r}; ask that node"
-            )
-
-    def _hold(self, run_id: str, handle: OwnedRun) -> OwnedRun:
-        """Hold a run in this process (its tenant's active runs count it)."""
-        self._runs[run_id] = handle
-        self._tenant_runs[handle.tenant] = self._tenant_runs.get(handle.tenant, 0) + 1
-        return handle
-
-    def _release(self, run_id: str, handle: OwnedRun, problem: str = "") -> None:
-        """Forget a run this process reserved or executed; wake whoever waits for its end."""
-        if self._runs.get(run_id) is handle:
-            del self._runs[run_id]
-            left = self._tenant_runs[handle.tenant] - 1
-            if left:
-                self._tenant_runs[handle.tenant] = left
-            else:
-                del self._tenant_runs[handle.tenant]
-        handle.leave(problem)
+            self._runs.release(run.id, handle, "its end could not be written")
 
     # --- resuming and adopting -----------------------------------------------------------
 
@@ -301,13 +264,13 @@ class Executor:
                 return
             if run.id in self._runs:
                 continue
-            handle = self._hold(run.id, OwnedRun(run.tenant))
+            handle = self._runs.hold(run.id, OwnedRun(run.tenant))
             try:
                 if await self.leases.claim(run.id):
                     await self._resume(run, handle)
             finally:
                 if handle.task is None:
-                    self._release(run.id, handle)
+                    self._runs.release(run.id, handle)
 
     async def _resume(self, run: Run, handle: OwnedRun) -> None:
         snapshot = await self._store.get_snapshot(run.id)
@@ -359,7 +322,9 @@ class Executor:
                 await self._ender.finish(run, run_log, ending, progress)
                 handle.final = ending.status
         finally:
-            self._release(run.id, handle, "the server is shutting down; the run stays resumable")
+            self._runs.release(
+                run.id, handle, "the server is shutting down; the run stays resumable"
+            )
 
     async def _outcome(
         self,

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Container, Iterable
 from datetime import UTC, datetime, timedelta
 
 from behest.domain.runs import Run
+from behest.errors import FailedPrecondition
 from behest.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,13 @@ class Leases:
         return await self._store.claim_run(
             run_id, owner=self.node, now=datetime.now(UTC), lease_until=self.until()
         )
+
+    def check_not_elsewhere(self, run: Run) -> None:
+        """Raise FailedPrecondition if another live node holds the run."""
+        if leased_elsewhere(run, self.node, datetime.now(UTC)):
+            raise FailedPrecondition(
+                f"run {run.id} is executing on node {run.owner!r}; ask that node"
+            )
 
     def adoptable(self, runs: Iterable[Run], *, held: Container[str], own: bool) -> list[Run]:
         """The runs this node may claim: not held here, not leased elsewhere, and its own

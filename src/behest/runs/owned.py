@@ -57,3 +57,42 @@ class OwnedRun:
         if self.final is None and self.problem:
             raise Unavailable(f"run {run_id}: {self.problem}")
         return self.final
+
+
+class Held:
+    """The runs this process holds, by id, and how many each tenant has."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, OwnedRun] = {}
+        self._per_tenant: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._runs
+
+    def get(self, run_id: str) -> OwnedRun | None:
+        return self._runs.get(run_id)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [h.task for h in self._runs.values() if h.task is not None]
+
+    def of_tenant(self, tenant: str) -> int:
+        return self._per_tenant.get(tenant, 0)
+
+    def hold(self, run_id: str, handle: OwnedRun) -> OwnedRun:
+        self._runs[run_id] = handle
+        self._per_tenant[handle.tenant] = self.of_tenant(handle.tenant) + 1
+        return handle
+
+    def release(self, run_id: str, handle: OwnedRun, problem: str = "") -> None:
+        """Forget a run this process reserved or executed; wake whoever waits for its end."""
+        if self._runs.get(run_id) is handle:
+            del self._runs[run_id]
+            left = self._per_tenant[handle.tenant] - 1
+            if left:
+                self._per_tenant[handle.tenant] = left
+            else:
+                del self._per_tenant[handle.tenant]
+        handle.leave(problem)
