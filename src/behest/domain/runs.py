@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from behest.domain.callers import DEFAULT_TENANT
 from behest.domain.messages import Message
 
 
@@ -126,7 +127,7 @@ class Run:
     owner: str = ""
     lease_expires_at: datetime | None = None
     # The tenant the run belongs to (domain/callers.py).
-    tenant: str = "default"
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,9 +107,8 @@ class RunEnder:
             context=context_from_traceparent(run.traceparent),
             record_exception=False,
         ):
-            run_log = self._log.open_run(run.id, last_sequence=0)
-            run_log.failed = True  # where its log ends is read from the store
-            await self.finish(run, run_log, ending, None)
+            # Without progress, finish reads where the log ends and the transcript first.
+            await self.finish(run, self._log.open_run(run.id, last_sequence=0), ending, None)
 
     async def _write(
         self,

@@ -75,7 +75,7 @@ class AgentLoop:
         self._store = store
         self.progress = RunProgress(run, transcript)
         self._provider = provider
-        self.compactor = compactor
+        self._compactor = compactor
         self._retry = provider_config.retry
         self._timeout_s = provider_config.timeout_s
         self._max_output_tokens = provider_config.model_info(run.model).max_output_tokens
@@ -110,9 +110,9 @@ class AgentLoop:
                     f"{self._max_iterations} iterations"
                 )
             progress.iteration += 1
-            if self.compactor is not None:
+            if self._compactor is not None:
                 progress.adopt(
-                    await self.compactor.before_call(progress.transcript, progress.next_position)
+                    await self._compactor.before_call(progress.transcript, progress.next_position)
                 )
             await self._log.emit(
                 ev.ContextBuilt(len(compaction.context(progress.transcript))),
@@ -193,10 +193,10 @@ class AgentLoop:
             try:
                 return await with_retries(self._attempt, self._retry)
             except ContextOverflowError as exc:
-                if overflowed or self.compactor is None:
+                if overflowed or self._compactor is None:
                     raise
                 overflowed = True
-                compacted = await self.compactor.after_overflow(
+                compacted = await self._compactor.after_overflow(
                     self.progress.transcript, self.progress.next_position
                 )
                 if compacted is None:
