@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -427,6 +427,39 @@ async def events_of(call: grpc.aio.UnaryStreamCall) -> AsyncIterator[pb.AgentEve
             return
         assert isinstance(event, pb.AgentEvent)
         yield event
+
+
+async def read_connection(
+    call: grpc.aio.UnaryStreamCall,
+    watcher: Watcher,
+    *,
+    after_events: int = 0,
+    after_s: float | None = None,
+    on_event: Callable[[pb.AgentEvent], None] | None = None,
+) -> grpc.aio.AioRpcError | None:
+    """Read one connection of `watcher` until its stream ends, or the watcher hangs up after
+    `after_events` events or `after_s` seconds, and record how it ended ("eof", "client").
+    An RPC error is returned for the caller to record (it knows whether it was expected)."""
+    count = 0
+    try:
+        async with asyncio.timeout(after_s):
+            async for event in events_of(call):
+                watcher.receive(event)
+                if on_event is not None:
+                    on_event(event)
+                count += 1
+                if after_events and count >= after_events and not watcher.done:
+                    break
+            else:
+                watcher.close("eof")
+        watcher.close("client")
+    except TimeoutError:
+        watcher.close("client")
+    except grpc.aio.AioRpcError as exc:
+        return exc
+    finally:
+        call.cancel()
+    return None
 
 
 # --- reading what was stored ------------------------------------------------------------------

@@ -21,7 +21,15 @@ import grpc
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from tests.fault.history import TERMINAL, History, Watcher, events_of, kind, read_stored
+from tests.fault.history import (
+    TERMINAL,
+    History,
+    Watcher,
+    events_of,
+    kind,
+    read_connection,
+    read_stored,
+)
 from tests.support import create_request, fast_settings, script, start_server, stop_server
 
 RUNS = 100
@@ -172,24 +180,10 @@ async def follow(
         after_events = rng.randint(1, 8) if choice < 0.6 else 0
         after_s = rng.uniform(0.002, 0.06) if 0.6 <= choice < 0.9 and first is None else None
         first = None
-        count = 0
-        try:
-            async with asyncio.timeout(after_s):
-                async for event in events_of(call):
-                    watcher.receive(event)
-                    count += 1
-                    if after_events and count >= after_events and not watcher.done:
-                        break
-                else:
-                    watcher.close("eof")
-            watcher.close("client")
-        except TimeoutError:
-            watcher.close("client")
-        except grpc.aio.AioRpcError as exc:
-            watcher.close_with(exc)
+        error = await read_connection(call, watcher, after_events=after_events, after_s=after_s)
+        if error is not None:
+            watcher.close_with(error)
             errors += 1
-        finally:
-            call.cancel()
         end = watcher.connections[-1].end
         if watcher.done or not watcher.run_id or errors >= 3 or end == "eof":
             return errors  # done, or something the checker reports

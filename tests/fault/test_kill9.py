@@ -28,7 +28,13 @@ import grpc
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from tests.fault.history import History, Watcher, events_of, kind, read_stored
+from tests.fault.history import (
+    History,
+    Watcher,
+    kind,
+    read_connection,
+    read_stored,
+)
 from tests.support import create_request, script, server_process
 
 ROUNDS = 5  # kills; the server then lives a sixth time, until every run has ended
@@ -147,29 +153,16 @@ async def follow(
         choice = rng.random() if hang_ups and len(watcher.connections) < MAX_CONNECTIONS else 1.0
         after_events = rng.randint(1, 20) if choice < 0.4 else 0
         after_s = rng.uniform(0.01, 0.3) if 0.4 <= choice < 0.6 else None
-        count = 0
-        try:
-            async with asyncio.timeout(after_s):
-                async for event in events_of(call):
-                    watcher.receive(event)
-                    servers.saw(event)
-                    count += 1
-                    if after_events and count >= after_events and not watcher.done:
-                        break
-                else:
-                    watcher.close("eof")
-            watcher.close("client")
-        except TimeoutError:
-            watcher.close("client")
-        except grpc.aio.AioRpcError as exc:
+        error = await read_connection(
+            call, watcher, after_events=after_events, after_s=after_s, on_event=servers.saw
+        )
+        if error is not None:
             # The killer marks a life killed before it sends SIGKILL.
-            watcher.close_with(exc, expected=life.killed)
+            watcher.close_with(error, expected=life.killed)
             if life.killed:
                 tally.killed += 1
             else:
                 tally.errors += 1
-        finally:
-            call.cancel()
         if watcher.done or watcher.connections[-1].end == "eof" or tally.errors >= 5:
             return  # done, or something the checker reports
         watcher.connect()
