@@ -21,6 +21,7 @@ from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits
 from behest.runs.operations import Operations
+from behest.runs.waiting import WaitPolicy
 from behest.store.sql.store import SqlStore
 from behest.tenancy import Tenancy
 from behest.tools.builtin import builtin_tools
@@ -66,11 +67,16 @@ class App:
             tools=self.tools,
             compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
+            approver_role=settings.auth.approver_role,
         )
         self.server = ApiServer(
             self.runs,
             listen=settings.listen,
-            admission=Admission(self.tenancy, max_request_id_bytes=settings.max_request_id_bytes),
+            admission=Admission(
+                self.tenancy,
+                max_request_id_bytes=settings.max_request_id_bytes,
+                max_wait_s=settings.max_wait_s,
+            ),
             auth=settings.auth,
             tls=settings.tls,
             max_receive_message_bytes=settings.max_receive_message_bytes,
@@ -88,6 +94,11 @@ class App:
                 tool_concurrency=settings.tool_concurrency,
                 compaction_cooldown_s=settings.compaction_cooldown_s,
                 coalesce_text_deltas=settings.coalesce_text_deltas,
+                waits=WaitPolicy(
+                    approval_required_tools=frozenset(settings.approval_required_tools),
+                    approval_timeout_s=settings.approval_timeout_s,
+                    client_tool_timeout_s=settings.client_tool_timeout_s,
+                ),
             ),
             compaction_settings=compaction,
         )

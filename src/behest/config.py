@@ -49,6 +49,8 @@ class TokenConfig(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     principal: str = Field(min_length=1)
     tenant: str = Field(min_length=1)
+    # Roles of its principal, e.g. the approver role (`[auth] approver_role`).
+    roles: tuple[str, ...] = ()
 
 
 class JwtConfig(BaseModel):
@@ -63,6 +65,8 @@ class JwtConfig(BaseModel):
     algorithms: tuple[str, ...] = ("RS256", "ES256", "EdDSA")
     tenant_claim: str = "tenant"
     principal_claim: str = "sub"
+    # A claim holding the principal's roles: a list of strings, or one space-separated string.
+    roles_claim: str = "roles"
     leeway_s: float = Field(default=30.0, ge=0)
 
 
@@ -81,6 +85,9 @@ class AuthSettings(BaseModel):
     protect_health: bool = False
     tokens: dict[str, TokenConfig] = Field(default_factory=dict)
     jwt: JwtConfig | None = None
+    # Only callers with this role may decide approvals (SubmitApprovals); empty: any caller
+    # of the run's tenant may.
+    approver_role: str = ""
 
 
 class TlsSettings(BaseModel):
@@ -171,6 +178,14 @@ class Settings(BaseSettings):
     tool_concurrency: int = Field(default=4, ge=1)
     read_file_root: str = ""
     load_tool_plugins: bool = True
+    # Runs that wait (SubmitApprovals, SubmitToolResults): tools whose every call needs an
+    # approval (built-ins, plugins and MCP tools by the name the model sees), and how long an
+    # approval or a client tool call waits by default before it is denied or errs. A run may
+    # set its own timeouts, up to max_wait_s.
+    approval_required_tools: tuple[str, ...] = ()
+    approval_timeout_s: float = Field(default=86_400.0, gt=0)
+    client_tool_timeout_s: float = Field(default=600.0, gt=0)
+    max_wait_s: float = Field(default=30 * 86_400.0, gt=0)
     # Model providers besides `local`: the [providers.NAME] tables, parsed by `provider_configs`.
     providers: dict[str, Any] = Field(default_factory=dict)
     # MCP servers whose tools behest offers ([mcp.servers.NAME] tables), and how long each

@@ -2,6 +2,7 @@
 
 BehestError
 ├── Unauthenticated          missing, bad or expired credentials
+├── PermissionDenied         a known caller without the role an operation needs
 ├── InvalidArgument          bad request field (names the field)
 ├── NotFound                 unknown run, session, snapshot
 ├── AlreadyExists            client_request_id reused with a different request
@@ -25,6 +26,10 @@ class BehestError(Exception):
 
 
 class Unauthenticated(BehestError):
+    pass
+
+
+class PermissionDenied(BehestError):
     pass
 
 

@@ -1,7 +1,7 @@
 """Property-based fuzz of every RPC of agent.v1 RunService, CompactionService and
 SnapshotService, through a real server on 127.0.0.1:0 and real grpc.aio clients.
 
-The tests: raw bytes to each of the 13 RPCs; CreateRun/CreateRunStream with up to three
+The tests: raw bytes to each of the 16 RPCs; CreateRun/CreateRunStream with up to three
 adversarial fields; the `script` model with adversarial scripts; GetRun, GetRunOutput,
 CancelRun, WatchRunEvents and ListRuns with adversarial ids, cursors, filters and pages;
 CompactionService and SnapshotService; deep JSON and absurd numbers where clients put JSON.
@@ -187,6 +187,32 @@ RPCS = {
             pb.AgentEvent,
             True,
             _codes(IA, NF, OOR, RE),
+        ),
+        Rpc(
+            "RunService",
+            "SubmitApprovals",
+            pb.SubmitApprovalsRequest,
+            pb.SubmitApprovalsResponse,
+            False,
+            _codes(IA, NF, FP),
+            True,
+        ),
+        Rpc(
+            "RunService",
+            "SubmitToolResults",
+            pb.SubmitToolResultsRequest,
+            pb.SubmitToolResultsResponse,
+            False,
+            _codes(IA, NF, FP),
+            True,
+        ),
+        Rpc(
+            "RunService",
+            "ListPendingCalls",
+            pb.ListPendingCallsRequest,
+            pb.ListPendingCallsResponse,
+            False,
+            _codes(IA, NF),
         ),
         Rpc(
             "CompactionService",
@@ -721,7 +747,7 @@ def watches_busy(world: World, rpc: Rpc, payload: bytes) -> bool:
 @settings(FUZZ, max_examples=examples(260))
 @given(rpc=st.sampled_from(sorted(RPCS)), spec=fs.raw_bytes())
 async def test_raw_bytes_to_every_rpc(world: World, rpc: str, spec: fs.RawSpec) -> None:
-    """Arbitrary bytes as the request body of each of the 13 RPCs."""
+    """Arbitrary bytes as the request body of each of the 16 RPCs."""
     payload = spec.build(valid_requests(world, RPCS[rpc]))
     await world.exchange(RPCS[rpc], payload, live=watches_busy(world, RPCS[rpc], payload))
 

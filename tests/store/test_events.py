@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.waits import Decision
 from behest.store.base import AppendEvent
 from behest.store.sql.store import SqlStore
 from tests.store.helpers import SPAN_ID, TRACE_ID, create, event, events, new_id
@@ -31,6 +32,24 @@ EVERY_KIND: list[ev.Payload] = [
     ev.CompactionStarted(messages_before=12, estimated_tokens_before=9000, reason="overflow"),
     ev.CompactionFinished(
         messages_after=4, estimated_tokens_after=1200, pruned_only=False, succeeded=True
+    ),
+    ev.ApprovalRequested(
+        call=ToolCall("call_2", "shell", '{"command": "rm -rf /tmp/x"}'),
+        expires_at=datetime(2026, 12, 1, 10, 30, 0, 123456, tzinfo=UTC),
+    ),
+    ev.ApprovalResolved(
+        call_id="call_2",
+        tool_name="shell",
+        decision=Decision.ALLOW_ALWAYS,
+        decided_by="alice",
+        reason="trusted ✓",
+    ),
+    ev.ClientToolRequested(
+        call=ToolCall("call_3", "pick_file", "{}"),
+        expires_at=datetime(2026, 12, 1, 10, 31, tzinfo=timezone(timedelta(hours=2))),
+    ),
+    ev.ClientToolAnswered(
+        call_id="call_3", tool_name="pick_file", is_error=True, answered_by="", timed_out=True
     ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.RunFailed(error="provider 'local': boom"),

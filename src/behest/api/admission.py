@@ -35,10 +35,12 @@ class Admission:
         tenancy: Tenancy,
         *,
         max_request_id_bytes: int,
+        max_wait_s: float = 30 * 86_400.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tenancy = tenancy
         self._max_request_id_bytes = max_request_id_bytes
+        self._max_wait_s = int(max_wait_s)
         self._clock = clock
         self._streams: dict[str, int] = {}
         self._buckets: dict[str, _Bucket] = {}
@@ -58,6 +60,7 @@ class Admission:
             max_input_bytes=limits.max_input_bytes,
             max_metadata_bytes=limits.max_metadata_bytes,
             max_request_id_bytes=self._max_request_id_bytes,
+            max_wait_s=self._max_wait_s,
         )
 
     @contextlib.contextmanager

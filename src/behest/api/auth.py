@@ -65,7 +65,8 @@ class Authenticator:
     def __init__(self, auth: AuthSettings, tls: TlsSettings) -> None:
         self.mode = auth.mode
         self._tokens = {
-            bytes.fromhex(t.sha256): Caller(t.principal, t.tenant) for t in auth.tokens.values()
+            bytes.fromhex(t.sha256): Caller(t.principal, t.tenant, frozenset(t.roles))
+            for t in auth.tokens.values()
         }
         self._jwt = _JwtVerifier(auth.jwt) if auth.jwt is not None else None
         self._tenant_attribute = _ATTRIBUTES[tls.tenant_attribute]
@@ -146,7 +147,7 @@ class _JwtVerifier:
                 f"the token names no tenant (claim {config.tenant_claim!r}) or no principal "
                 f"(claim {config.principal_claim!r})"
             )
-        return Caller(principal, tenant)
+        return Caller(principal, tenant, _roles(claims.get(config.roles_claim)))
 
     def _jwks_key(self, token: str) -> Any:
         assert self._jwks is not None
@@ -155,6 +156,15 @@ class _JwtVerifier:
             if kid is None or key.key_id == kid:
                 return key.key
         raise jwt.InvalidKeyError("no key of the JWKS file has the token's kid")
+
+
+def _roles(claim: Any) -> frozenset[str]:
+    """A JWT's roles: a list of strings or one space-separated string (as OAuth scopes)."""
+    if isinstance(claim, str):
+        return frozenset(claim.split())
+    if isinstance(claim, list):
+        return frozenset(r for r in claim[:100] if isinstance(r, str))
+    return frozenset()
 
 
 def _attribute(name: x509.Name, oid: x509.ObjectIdentifier) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import cast
@@ -15,6 +16,7 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.messages import Message, ToolCall
 from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.waits import PendingCall
 
 
 def _finish_reason(value: FinishReason) -> pb_common.FinishReason.ValueType:
@@ -69,6 +71,8 @@ def event(value: ev.Event) -> pb.AgentEvent:
                 getattr(body, name).CopyFrom(tool_call(field_value))
             case TokenUsage():
                 getattr(body, name).CopyFrom(usage(field_value))
+            case datetime():
+                getattr(body, name).CopyFrom(timestamp(field_value))
             case _:
                 setattr(body, name, field_value)
     return out
@@ -92,6 +96,27 @@ def run_record(run: Run) -> pb.RunRecord:
         tools=list(run.tools),
         max_iterations=run.max_iterations,
         tool_choice=run.tool_choice,
+        client_tools=[
+            pb_common.ToolSpec(
+                name=t.name,
+                description=t.description,
+                parameters_schema=json.dumps(t.parameters_schema, separators=(",", ":")),
+            )
+            for t in run.waits.client_tools
+        ],
+        approval_required_tools=list(run.waits.approval_required_tools),
+        approve_side_effects=run.waits.approve_side_effects,
+        approval_timeout_s=run.waits.approval_timeout_s,
+        client_tool_timeout_s=run.waits.client_tool_timeout_s,
+    )
+
+
+def pending_call(value: PendingCall) -> pb.PendingCall:
+    return pb.PendingCall(
+        call=pb_common.ToolCall(id=value.call_id, name=value.tool_name, arguments=value.arguments),
+        kind=cast(pb.PendingCallKind.ValueType, int(value.kind)),
+        requested_at=timestamp(value.requested_at),
+        expires_at=timestamp(value.expires_at),
     )
 
 

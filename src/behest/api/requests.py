@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from behest import bounded_json
+from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
+from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
 from behest.errors import InvalidArgument, quote
 
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 100
 MAX_TOOLS = 128
 MAX_ITERATIONS = 1000
+# Client tools of one run, the size of one's schema and description, its name's form (what
+# the providers accept as a function name).
+MAX_CLIENT_TOOLS = 64
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_DESCRIPTION_BYTES = 4 * 1024
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Answers of one SubmitApprovals / SubmitToolResults, and their sizes.
+MAX_ANSWERS = 256
+MAX_CALL_ID_BYTES = 200
+MAX_REASON_BYTES = 4 * 1024
+MAX_RESULT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +42,8 @@ class RequestLimits:
     max_input_bytes: int
     max_metadata_bytes: int
     max_request_id_bytes: int
+    # The longest wait a run may ask for (approval_timeout_s, client_tool_timeout_s).
+    max_wait_s: int = 30 * 86_400
 
 
 def uuid_field(value: str, field: str) -> str:
@@ -76,7 +95,9 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         raise InvalidArgument(f"max_iterations must be at most {MAX_ITERATIONS}")
     tool_choice = request.tool_choice or ToolChoice.AUTO
     offer.check_model(provider, model)
-    _check_tools(request.tools, tool_choice, offer.tool_names())
+    known = offer.tool_names()
+    waits = wait_options(request, known, limits.max_wait_s)
+    _check_tools(request.tools, tool_choice, known, [t.name for t in waits.client_tools])
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     return RunRequest(
         session_id=session_id,
@@ -89,17 +110,20 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         instructions=request.instructions,
         tools=tuple(request.tools),
         max_iterations=request.max_iterations,
+        waits=waits,
     )
 
 
-def _check_tools(tools: Sequence[str], choice: str, known: list[str]) -> None:
+def _check_tools(
+    tools: Sequence[str], choice: str, known: list[str], client_tools: list[str]
+) -> None:
     """Every tool named exists, and tool_choice is a mode or one of the run's tools."""
     unknown = [name for name in tools if name not in known]
     if unknown:
         raise InvalidArgument(
             f"tools: unknown tool {quote(unknown[0])} (known: {', '.join(known) or 'none'})"
         )
-    if choice in set(ToolChoice) or choice in (tools or known):
+    if choice in set(ToolChoice) or choice in (tools or known) or choice in client_tools:
         return
     raise InvalidArgument(
         "tool_choice must be auto, none, required or the name of a tool this run may use; "
@@ -139,3 +163,108 @@ def _bounded(value: str, field: str, limit: int) -> None:
     if "\x00" in value:
         # Text is stored as text (PostgreSQL cannot hold NUL), and no model wants one.
         raise InvalidArgument(f"{field} contains a NUL character (\\u0000)")
+
+
+# --- runs that wait ---------------------------------------------------------------------
+
+
+def wait_options(request: pb.CreateRunRequest, known: list[str], max_wait_s: int) -> WaitOptions:
+    """The run's client tools, the tools it wants approved, and its timeouts."""
+    if len(request.client_tools) > MAX_CLIENT_TOOLS:
+        raise InvalidArgument(f"client_tools: at most {MAX_CLIENT_TOOLS} tools")
+    client_tools = tuple(_client_tool(spec, i) for i, spec in enumerate(request.client_tools))
+    names = [t.name for t in client_tools]
+    twice = {n for n in names if names.count(n) > 1}
+    if twice:
+        raise InvalidArgument(f"client_tools: two tools are named {quote(min(twice))}")
+    clash = sorted(set(names) & set(known))
+    if clash:
+        raise InvalidArgument(
+            f"client_tools: {quote(clash[0])} is the name of a server tool; name it otherwise"
+        )
+    approved = tuple(request.approval_required_tools)
+    if len(approved) > MAX_TOOLS or len(set(approved)) != len(approved):
+        raise InvalidArgument(
+            f"approval_required_tools must be at most {MAX_TOOLS} distinct tool names"
+        )
+    unknown = [name for name in approved if name not in known]
+    if unknown:
+        raise InvalidArgument(
+            f"approval_required_tools: unknown server tool {quote(unknown[0])} "
+            f"(known: {', '.join(known) or 'none'})"
+        )
+    for field in ("approval_timeout_s", "client_tool_timeout_s"):
+        if getattr(request, field) > max_wait_s:
+            raise InvalidArgument(f"{field} must be at most {max_wait_s} seconds")
+    return WaitOptions(
+        client_tools=client_tools,
+        approval_required_tools=approved,
+        approve_side_effects=request.approve_side_effects,
+        approval_timeout_s=request.approval_timeout_s,
+        client_tool_timeout_s=request.client_tool_timeout_s,
+    )
+
+
+def _client_tool(spec: pb_common.ToolSpec, index: int) -> ClientTool:
+    where = f"client_tools[{index}]"
+    if not TOOL_NAME.match(spec.name):
+        raise InvalidArgument(
+            f"{where}.name must be 1 to 64 letters, digits, '_' or '-'; got {quote(spec.name)}"
+        )
+    _bounded(spec.description, f"{where}.description", MAX_DESCRIPTION_BYTES)
+    schema: Any = {"type": "object", "properties": {}}
+    if spec.parameters_schema:
+        try:
+            schema = bounded_json.parse(spec.parameters_schema, max_bytes=MAX_SCHEMA_BYTES)
+        except bounded_json.JsonRefused as exc:
+            raise InvalidArgument(f"{where}.parameters_schema: the JSON text {exc}") from None
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise InvalidArgument(f"{where}.parameters_schema must be a JSON Schema of an object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidArgument(
+            f"{where}.parameters_schema is not a valid JSON Schema: {exc.message[:200]}"
+        ) from None
+    return ClientTool(name=spec.name, description=spec.description, parameters_schema=schema)
+
+
+def approval_answers(request: pb.SubmitApprovalsRequest) -> list[Answer]:
+    """Validate SubmitApprovals' decisions."""
+    _answer_count(len(request.approvals), "approvals")
+    answers = []
+    for i, item in enumerate(request.approvals):
+        where = f"approvals[{i}]"
+        _call_id(item.call_id, where)
+        _bounded(item.reason, f"{where}.reason", MAX_REASON_BYTES)
+        if item.decision not in (Decision.ALLOW, Decision.DENY, Decision.ALLOW_ALWAYS):
+            raise InvalidArgument(
+                f"{where}.decision must be APPROVAL_DECISION_ALLOW, _DENY or _ALLOW_ALWAYS"
+            )
+        answers.append(
+            Answer(call_id=item.call_id, decision=Decision(item.decision), text=item.reason)
+        )
+    return answers
+
+
+def tool_results(request: pb.SubmitToolResultsRequest) -> list[Answer]:
+    """Validate SubmitToolResults' results."""
+    _answer_count(len(request.results), "results")
+    answers = []
+    for i, item in enumerate(request.results):
+        where = f"results[{i}]"
+        _call_id(item.call_id, where)
+        _bounded(item.output, f"{where}.output", MAX_RESULT_BYTES)
+        answers.append(Answer(call_id=item.call_id, text=item.output, is_error=item.is_error))
+    return answers
+
+
+def _answer_count(count: int, field: str) -> None:
+    if not 1 <= count <= MAX_ANSWERS:
+        raise InvalidArgument(f"{field} must hold 1 to {MAX_ANSWERS} answers, got {count}")
+
+
+def _call_id(value: str, where: str) -> None:
+    if not value:
+        raise InvalidArgument(f"{where}.call_id is required")
+    _bounded(value, f"{where}.call_id", MAX_CALL_ID_BYTES)

@@ -10,7 +10,14 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.admission import Admission
 from behest.api.auth import current_caller
-from behest.api.requests import run_query, run_request, uuid_field
+from behest.api.requests import (
+    approval_answers,
+    run_query,
+    run_request,
+    tool_results,
+    uuid_field,
+)
+from behest.domain.waits import WaitKind
 from behest.runs.operations import Operations
 from behest.telemetry import traceparent_in
 
@@ -82,3 +89,27 @@ class RunServicer:
     ) -> pb.CancelRunResponse:
         status = await self._runs.cancel(current_caller(), uuid_field(request.run_id, "run_id"))
         return pb.CancelRunResponse(status=convert.run_status(status))
+
+    async def SubmitApprovals(
+        self, request: pb.SubmitApprovalsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitApprovalsResponse:
+        run_id = uuid_field(request.run_id, "run_id")
+        answers = approval_answers(request)
+        submitted = await self._runs.answer(current_caller(), run_id, answers, WaitKind.APPROVAL)
+        return pb.SubmitApprovalsResponse(waiting_call_ids=submitted.waiting_call_ids)
+
+    async def SubmitToolResults(
+        self, request: pb.SubmitToolResultsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitToolResultsResponse:
+        run_id = uuid_field(request.run_id, "run_id")
+        answers = tool_results(request)
+        submitted = await self._runs.answer(current_caller(), run_id, answers, WaitKind.CLIENT_TOOL)
+        return pb.SubmitToolResultsResponse(waiting_call_ids=submitted.waiting_call_ids)
+
+    async def ListPendingCalls(
+        self, request: pb.ListPendingCallsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListPendingCallsResponse:
+        calls = await self._runs.pending_calls(
+            current_caller(), uuid_field(request.run_id, "run_id")
+        )
+        return pb.ListPendingCallsResponse(calls=[convert.pending_call(c) for c in calls])

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.waits import Decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,36 @@ class CompactionFinished:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    call: ToolCall
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResolved:
+    call_id: str
+    tool_name: str
+    decision: Decision
+    decided_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientToolRequested:
+    call: ToolCall
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClientToolAnswered:
+    call_id: str
+    tool_name: str
+    is_error: bool
+    answered_by: str
+    timed_out: bool
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -140,6 +171,10 @@ Payload = (
     | CompactionCircuitOpened
     | CompactionStarted
     | CompactionFinished
+    | ApprovalRequested
+    | ApprovalResolved
+    | ClientToolRequested
+    | ClientToolAnswered
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -164,6 +199,10 @@ KINDS: dict[type[Payload], str] = {
     CompactionCircuitOpened: "compaction_circuit_opened",
     CompactionStarted: "compaction_started",
     CompactionFinished: "compaction_finished",
+    ApprovalRequested: "approval_requested",
+    ApprovalResolved: "approval_resolved",
+    ClientToolRequested: "client_tool_requested",
+    ClientToolAnswered: "client_tool_answered",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from behest.domain.callers import DEFAULT_TENANT
 from behest.domain.messages import Message
+from behest.domain.waits import WaitOptions
 
 
 class RunStatus(enum.IntEnum):
@@ -24,6 +25,8 @@ class RunStatus(enum.IntEnum):
     COMPLETED = 7
     FAILED = 8
     CANCELLED = 9
+    # Waits for answers from outside (domain/waits.py); holds no task, lease or slot.
+    WAITING_FOR_INPUT = 10
 
     @property
     def is_terminal(self) -> bool:
@@ -81,9 +84,12 @@ class RunRequest:
     instructions: str = ""
     tools: tuple[str, ...] = ()
     max_iterations: int = 0
+    waits: WaitOptions = field(default_factory=WaitOptions)
 
     def fingerprint(self) -> str:
         """What must match for a repeated client_request_id to mean the same request."""
+        # Waiting options count only when set, so keys stored before they existed still match.
+        waits = [] if self.waits == WaitOptions() else [repr(self.waits)]
         body = json.dumps(
             [
                 self.session_id or "",
@@ -95,6 +101,7 @@ class RunRequest:
                 self.instructions,
                 list(self.tools),
                 self.max_iterations,
+                *waits,
             ],
             separators=(",", ":"),
         )
@@ -128,6 +135,7 @@ class Run:
     lease_expires_at: datetime | None = None
     # The tenant the run belongs to (domain/callers.py).
     tenant: str = DEFAULT_TENANT
+    waits: WaitOptions = field(default_factory=WaitOptions)
 
 
 @dataclass(frozen=True, slots=True)

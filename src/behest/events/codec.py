@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields, is_dataclass
+from datetime import datetime
 from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.waits import Decision
 
 
 def encode(payload: ev.Payload) -> tuple[str, str]:
@@ -24,6 +26,8 @@ def _plain(value: Any) -> Any:
     """
     if is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
     return value
 
 
@@ -39,4 +43,8 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[f.name] = TokenUsage(**value)
         elif f.name == "finish_reason":
             data[f.name] = FinishReason(value)
+        elif f.name == "decision":
+            data[f.name] = Decision(value)
+        elif f.name == "expires_at":
+            data[f.name] = datetime.fromisoformat(value)
     return cls(**data)

@@ -1,9 +1,10 @@
 """The run executor: owns every run task of this process, from creation to terminal event.
 
-It starts a task per run (created here, resumed after a restart, or adopted from a node whose
-lease lapsed), tells a user's cancel (RunCancelled) from a shutdown (the run is left as it is,
-resumable from its snapshot) and from a failure (RunFailed), and has every end written by
-runs/ending.py. Creation is runs/creation.py's, leases runs/leases.py's.
+It starts a task per run (created here, resumed after a restart, adopted from a node whose
+lease lapsed, or taken up when the answers a waiting run needs came), tells a user's cancel
+(RunCancelled) from a shutdown (the run is left as it is, resumable from its snapshot), from
+a pause (the run waits, nobody's: runs/waiting.py) and from a failure (RunFailed), and has
+every end written by runs/ending.py. Creation is runs/creation.py's, leases runs/leases.py's.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from opentelemetry import trace
 
@@ -35,6 +37,7 @@ from behest.runs.leases import Leases
 from behest.runs.owned import Held, OwnedRun
 from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
+from behest.runs.waiting import Waiting
 from behest.store.base import AppendMessage, NewRun, Store
 from behest.telemetry import context_from_traceparent, current_trace_ids, tracer
 
@@ -73,8 +76,10 @@ class Executor:
         self.leases = Leases(store, node=node_id, lease_s=lease_s)
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
-        # Creations a cancelled CreateRun left to finish (see create).
+        # Creations a cancelled CreateRun left to finish (see create); wake-ups of waiting runs.
         self._background: set[asyncio.Task[CreatedRun]] = set()
+        self._wakes: set[asyncio.Task[None]] = set()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -92,6 +97,11 @@ class Executor:
         """
         self._accepting = False
         await self.leases.stop()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self._wakes:
+            await asyncio.wait(self._wakes, timeout=CANCEL_WAIT_S)
         if self._background:
             await asyncio.wait(self._background, timeout=CANCEL_WAIT_S)
         tasks = self._runs.tasks()
@@ -241,6 +251,14 @@ class Executor:
                 handle.final = None if current is None else current.status
                 return handle.final
             self.leases.check_not_elsewhere(current)
+            # Claimed first: a node taking up a waiting run, or adopting a lapsed one, now
+            # cannot write into it while its end is written here.
+            if not await self.leases.claim(run.id):
+                current = await self._store.get_run(run.id)
+                if current is None or current.status.is_terminal:
+                    handle.final = None if current is None else current.status
+                    return handle.final
+                raise FailedPrecondition(f"run {run.id} was just taken up by another node")
             try:
                 async with asyncio.timeout(CANCEL_WAIT_S):
                     await self._ender.end_stored(current, ending)
@@ -254,11 +272,64 @@ class Executor:
         finally:
             self._runs.release(run.id, handle, "its end could not be written")
 
+    # --- runs that wait ---------------------------------------------------------------------
+
+    async def wake(self, run_id: str) -> None:
+        """Take up a waiting run whose answers came (or whose calls expired), if no node has.
+
+        The run goes on in a task of this process; the loop finds it still waiting if it is
+        not ready after all (and lets it go again).
+        """
+        if not self._accepting:
+            return
+        held = self._runs.get(run_id)
+        if held is not None:
+            held.rewake = True  # still pausing here: taken up again once it has left
+            return
+        run = await self._store.get_run(run_id)
+        if run is None or run.status != RunStatus.WAITING_FOR_INPUT or run_id in self._runs:
+            return
+        handle = self._runs.hold(run_id, OwnedRun(run.tenant))
+        try:
+            if await self.leases.claim(run_id):
+                await self._resume(run, handle)
+        finally:
+            if handle.task is None:
+                self._runs.release(run_id, handle)
+
+    def _paused(self, run_id: str, waiting: Waiting, handle: OwnedRun) -> None:
+        """A run now waits: take it up when its first call expires (or at once, if answers
+        came while it paused). After a restart, lease rounds find the ready ones."""
+        if handle.rewake:
+            self._wake_soon(run_id)
+        delay = (waiting.expires_at - datetime.now(UTC)).total_seconds()
+        if old := self._timers.pop(run_id, None):
+            old.cancel()
+        self._timers[run_id] = asyncio.get_running_loop().call_later(
+            max(0.0, delay) + 0.05, self._expire, run_id
+        )
+
+    def _expire(self, run_id: str) -> None:
+        self._timers.pop(run_id, None)
+        self._wake_soon(run_id)
+
+    def _wake_soon(self, run_id: str) -> None:
+        if not self._accepting:
+            return
+        task = asyncio.create_task(self.wake(run_id), name=f"wake-{run_id}")
+        self._wakes.add(task)
+        task.add_done_callback(self._woken)
+
+    def _woken(self, task: asyncio.Task[None]) -> None:
+        self._wakes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("taking up a waiting run failed", exc_info=task.exception())
+
     # --- resuming and adopting -----------------------------------------------------------
 
     async def _adopt(self, *, own: bool = False) -> None:
         """Resume the unfinished runs this node may claim (its own ones only with `own`)."""
-        runs = await self._store.unfinished_runs()
+        runs = await self._store.resumable_runs(now=datetime.now(UTC))
         for run in self.leases.adoptable(runs, held=self._runs, own=own):
             if not self._accepting:
                 return
@@ -313,18 +384,23 @@ class Executor:
         transcript: list[Message] | None,
     ) -> None:
         handle.started = True
+        waiting = None
         try:
             # No stack traces in spans: a provider error's causes may quote a key.
             with trace.use_span(span, end_on_exit=True, record_exception=False):
                 ending, progress = await self._outcome(run, handle, run_log, snapshot, transcript)
                 if ending is None:
                     return  # shutdown: the run stays resumable
+                if isinstance(ending, Waiting):
+                    waiting = ending  # durable, and nobody's: any node may take it up
+                    return
                 await self._ender.finish(run, run_log, ending, progress)
                 handle.final = ending.status
         finally:
-            self._runs.release(
-                run.id, handle, "the server is shutting down; the run stays resumable"
-            )
+            problem = "" if waiting else "the server is shutting down; the run stays resumable"
+            self._runs.release(run.id, handle, problem)
+            if waiting is not None:
+                self._paused(run.id, waiting, handle)
 
     async def _outcome(
         self,
@@ -333,9 +409,9 @@ class Executor:
         run_log: RunLog,
         snapshot: Snapshot | None,
         transcript: list[Message] | None,
-    ) -> tuple[Ending | None, RunProgress | None]:
-        """How the run ends (None when a shutdown stops it: it stays resumable), and what it
-        did (None if its loop could not even be built).
+    ) -> tuple[Ending | Waiting | None, RunProgress | None]:
+        """How the run ends (None when a shutdown stops it: it stays resumable; Waiting when
+        it waits for answers), and what it did (None if its loop could not even be built).
 
         The end is decided (handle.decided) with no await after the loop returns or raises:
         a cancel requested before that moment makes it RunCancelled, whatever the loop did.
@@ -347,6 +423,11 @@ class Executor:
             loop = await self._builder.loop(run, run_log, transcript)
             progress = loop.progress
             outcome = await loop.run(snapshot)
+            if isinstance(outcome, Waiting) and not handle.cancel_requested:
+                handle.decided = RunStatus.WAITING_FOR_INPUT
+                return outcome, progress
+            if isinstance(outcome, Waiting):
+                raise asyncio.CancelledError
             ending = Ending.completed(outcome.finish_reason, outcome.iterations)
         except asyncio.CancelledError:
             if not handle.cancel_requested:

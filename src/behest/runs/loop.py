@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
@@ -18,7 +18,7 @@ from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolCho
 from behest.domain.snapshots import Snapshot
 from behest.errors import ContextOverflowError, FailedPrecondition, TransientProviderError
 from behest.events.log import RunLog
-from behest.providers.base import ModelRequest, Provider
+from behest.providers.base import ModelRequest, Provider, ToolDefinition
 from behest.providers.config import ProviderConfig
 from behest.providers.guard import guarded_stream
 from behest.providers.retry import reason, with_retries
@@ -29,6 +29,7 @@ from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn, TurnAssembler
+from behest.runs.waiting import Waiting, WaitPolicy, Waits
 from behest.store.base import AppendMessage, Store
 from behest.telemetry import span
 from behest.tools.registry import ToolRegistry
@@ -42,6 +43,7 @@ class LoopLimits:
     tool_concurrency: int = 4
     compaction_cooldown_s: float = 300.0
     coalesce_text_deltas: bool = True
+    waits: WaitPolicy = field(default_factory=WaitPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,10 @@ class AgentLoop:
         self._max_iterations = run.max_iterations or limits.max_iterations
         allowed = list(run.tools) or tools.names()
         # Tools offered to the model; tool_choice "none" offers none, a tool's name all allowed.
-        self._offered = set() if run.tool_choice == ToolChoice.NONE else set(allowed)
+        self._offered = frozenset() if run.tool_choice == ToolChoice.NONE else frozenset(allowed)
+        self._waits = Waits(
+            run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
+        )
         self._tool_runner = ToolRunner(
             log=log,
             tools=tools,
@@ -94,15 +99,16 @@ class AgentLoop:
         )
         self._doom_loop = DoomLoopDetector()
 
-    async def run(self, snapshot: Snapshot | None = None) -> Outcome:
-        """Run to the final answer; with a snapshot, resume an interrupted run where it was."""
+    async def run(self, snapshot: Snapshot | None = None) -> Outcome | Waiting:
+        """Run to the final answer, or until the run waits for answers from outside; with a
+        snapshot, go on from where an interrupted or waiting run was."""
         progress = self.progress
         if snapshot is None:
             await self._start()
         else:
-            finished = await self._resume(snapshot)
-            if finished is not None:
-                return finished
+            stopped = await self._resume(snapshot)
+            if stopped is not None:
+                return stopped
         while True:
             if progress.iteration >= self._max_iterations:
                 raise FailedPrecondition(
@@ -123,7 +129,10 @@ class AgentLoop:
             if not turn.calls:
                 return Outcome(turn.finish_reason, progress.iteration, progress.usage)
             await self._check_doom_loop(turn.calls)
-            await self._tool_runner.run(turn.calls)
+            waiting = await self._waits.hold(turn.calls, self._offered)
+            if waiting is not None:
+                return waiting
+            await self._tool_runner.run(turn.calls, await self._waits.results(turn.calls))
 
     async def _start(self) -> None:
         """Start a run created without its first step (CreateRun normally commits it)."""
@@ -136,9 +145,10 @@ class AgentLoop:
         )
         self.progress.remember(user)
 
-    async def _resume(self, snapshot: Snapshot) -> Outcome | None:
-        """Pick up after a crash or shutdown: repeat an interrupted model call, finish the
-        tool calls of the last answer (re-running one that was executing only if idempotent).
+    async def _resume(self, snapshot: Snapshot) -> Outcome | Waiting | None:
+        """Pick up after a crash, a shutdown or a wait: repeat an interrupted model call,
+        finish the tool calls of the last answer (re-running one that was executing only if
+        idempotent; holding those that wait for an answer, until it came).
         """
         progress = self.progress
         await progress.load(self._store)
@@ -151,15 +161,29 @@ class AgentLoop:
             case RunStatus.BUILDING_CONTEXT | RunStatus.CALLING_MODEL:
                 progress.iteration -= 1  # the iteration is done again, its model call repeated
                 return None
-            case RunStatus.PERSISTING | RunStatus.WAITING_FOR_TOOLS:
+            case RunStatus.PERSISTING | RunStatus.WAITING_FOR_TOOLS | RunStatus.WAITING_FOR_INPUT:
                 pass
             case _:
                 return None
         answer = next(m for m in reversed(mine) if m.role == Role.ASSISTANT)
         if not answer.tool_calls:
             return Outcome(progress.finish_reason, progress.iteration, progress.usage)
+        calls = list(answer.tool_calls)
+        waiting = None
+        if snapshot.status == RunStatus.PERSISTING:  # stopped before its calls were held
+            waiting = await self._waits.hold(calls, self._offered)
+        elif snapshot.status == RunStatus.WAITING_FOR_INPUT:
+            waiting = await self._waits.resolve(calls)
+        if waiting is not None:
+            return waiting
+        await self._finish_calls(calls, snapshot)
+        return None
+
+    async def _finish_calls(self, calls: list[ToolCall], snapshot: Snapshot) -> None:
+        """Run the calls of the last answer that have no result yet."""
+        mine = self.progress.mine()
         answered = {m.tool_call_id for m in mine if m.role == Role.TOOL}
-        pending = [c for c in answer.tool_calls if c.id not in answered]
+        pending = [c for c in calls if c.id not in answered]
         for call in pending:
             tool = self._tools.get(call.name)
             if call.id in snapshot.pending_tool_calls and (tool is None or not tool.idempotent):
@@ -167,8 +191,7 @@ class AgentLoop:
                     f"tool {call.name!r} was executing when the server stopped; its outcome "
                     "is unknown and it is not idempotent, so it is not run again"
                 )
-        await self._tool_runner.run(pending)
-        return None
+        await self._tool_runner.run(pending, await self._waits.results(pending))
 
     async def _persist(self, turn: Turn) -> None:
         """The model's answer becomes the session's next message, with its usage."""
@@ -227,7 +250,7 @@ class AgentLoop:
         request = ModelRequest(
             model=self._run.model,
             messages=compaction.context(self.progress.transcript),
-            tools=self._tools.definitions(sorted(self._offered)),
+            tools=self._definitions(),
             tool_choice=self._tool_choice(),
             instructions=self._run.instructions,
             max_output_tokens=self._max_output_tokens,
@@ -255,6 +278,12 @@ class AgentLoop:
                 ) from None
             raise
         return await turn.finish()
+
+    def _definitions(self) -> list[ToolDefinition]:
+        """The server's tools this run may use, and its client tools (unless none may)."""
+        if self._run.tool_choice == ToolChoice.NONE:
+            return []
+        return self._tools.definitions(sorted(self._offered)) + self._waits.client_definitions()
 
     def _tool_choice(self) -> str:
         """A forced choice binds until a tool has run: then "required" becomes "auto", and a

@@ -17,7 +17,8 @@ from behest.domain.events import Event
 from behest.domain.messages import Role
 from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.errors import FailedPrecondition, InvalidArgument, NotFound
+from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
+from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
@@ -47,8 +48,10 @@ class Operations:
         tools: ToolRegistry,
         compaction_settings: CompactionSettings,
         cooldown_s: float,
+        approver_role: str = "",
     ) -> None:
         self._store = store
+        self._approver_role = approver_role
         self._providers = providers
         self._tools = tools
         self._compaction_settings = compaction_settings
@@ -123,6 +126,35 @@ class Operations:
     async def cancel(self, caller: Caller, run_id: str) -> RunStatus:
         await self.get(caller, run_id)
         return await self._executor.cancel(run_id)
+
+    # --- runs that wait ---------------------------------------------------------------------
+
+    async def answer(
+        self, caller: Caller, run_id: str, answers: list[Answer], kind: WaitKind
+    ) -> Submitted:
+        """Store answers to a run's waiting calls (decisions need the approver role, when one
+        is configured); once none waits, the run goes on here (unless a node took it up)."""
+        await self.get(caller, run_id)
+        role = self._approver_role
+        if kind == WaitKind.APPROVAL and role and role not in caller.roles:
+            raise PermissionDenied(
+                f"deciding approvals needs the role {role!r}, which {caller.principal!r} lacks"
+            )
+        submitted = await self._store.submit_answers(
+            run_id, answers, kind=kind, by=caller.principal, now=datetime.now(UTC)
+        )
+        if not submitted.waiting_call_ids:
+            await self._executor.wake(run_id)
+        return submitted
+
+    async def pending_calls(self, caller: Caller, run_id: str) -> list[PendingCall]:
+        """The run's calls that wait for an answer now."""
+        run = await self.get(caller, run_id)
+        if run.status.is_terminal:
+            return []
+        now = datetime.now(UTC)
+        calls = await self._store.pending_calls(run_id)
+        return [c for c in calls if c.answer is None and not c.expired(now)]
 
     def _remember(self, run: Run) -> None:
         self._tenants[run.id] = run.tenant

@@ -27,6 +27,7 @@ class OwnedRun:
     decided: RunStatus | None = None
     final: RunStatus | None = None  # the terminal status, once durable
     problem: str = ""  # why the run left this process without a durable end
+    rewake: bool = False  # answers came while it paused: take it up again once it left
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_cancel(self) -> None:

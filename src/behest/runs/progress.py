@@ -47,10 +47,13 @@ class RunProgress:
         """This run's messages of the transcript."""
         return [m for m in self.transcript if m.run_id == self.run.id]
 
-    def message(self, role: Role, text: str, **fields: object) -> Message:
-        """A new message of this run, with the next free position of the session."""
-        position = self.next_position
-        self.next_position += 1
+    def message(
+        self, role: Role, text: str, *, position: int | None = None, **fields: object
+    ) -> Message:
+        """A new message of this run, at the next free position of the session (or at one
+        reserved earlier with `reserve`)."""
+        if position is None:
+            position = self.reserve(1)
         return Message(
             id=str(uuid.uuid4()),
             session_id=self.run.session_id,
@@ -62,6 +65,12 @@ class RunProgress:
             created_at=datetime.now(UTC),
             **fields,  # type: ignore[arg-type]
         )
+
+    def reserve(self, count: int) -> int:
+        """Take `count` positions for messages made later (in any order); the first one."""
+        first = self.next_position
+        self.next_position += count
+        return first
 
     def remember(self, message: Message) -> None:
         """Add a message to the transcript once it is queued for commit, in position order."""

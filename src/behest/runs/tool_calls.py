@@ -1,16 +1,19 @@
 """Running one turn's tool calls: parallel where safe, each started durably, results recorded.
 
 Consecutive calls of concurrency-safe tools run together (at most `concurrency` at once);
-any other call runs alone, in order. A call's ToolExecutionStarted is durable before the tool
-runs (a tool may have side effects: after a crash, the log says it may have run). Its result
-becomes a tool message, committed with ToolExecutionFinished and ToolMessageCommitted.
+any other call runs alone, in order. A call answered from outside (a client tool's result, a
+denied approval: runs/waiting.py) does not run; its result is recorded in its turn. Results
+take the session's positions in the order of the calls, however they finish. A call's
+ToolExecutionStarted is durable before the tool runs (a tool may have side effects: after a
+crash, the log says it may have run). Its result becomes a tool message, committed with
+ToolExecutionFinished and ToolMessageCommitted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
@@ -40,11 +43,20 @@ class ToolRunner:
         self._offered = offered
         self._progress = progress
         self._concurrency = concurrency
+        self._positions: dict[str, int] = {}
 
-    async def run(self, calls: list[ToolCall]) -> None:
-        """Run a turn's calls: consecutive concurrency-safe ones together, others in order."""
+    async def run(self, calls: list[ToolCall], answered: Mapping[str, ToolResult]) -> None:
+        """Run a turn's calls: consecutive concurrency-safe ones together, others in order;
+        those `answered` (by call id) are recorded with that result instead of running."""
+        first = self._progress.reserve(len(calls))
+        self._positions = {call.id: first + i for i, call in enumerate(calls)}
         parallel: list[ToolCall] = []
         for call in calls:
+            if call.id in answered:
+                await self._run_together(parallel)
+                parallel = []
+                await self._record(call, answered[call.id])
+                continue
             tool = self._tools.get(call.name)
             if tool is not None and tool.concurrency_safe and call.name in self._offered:
                 parallel.append(call)
@@ -86,16 +98,24 @@ class ToolRunner:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)
             duration_ms = int((time.monotonic() - began) * 1000)
             progress.executing.discard(call.id)
-            message = progress.message(
-                Role.TOOL,
-                result.text,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                is_error=result.is_error,
+            await self._record(
+                call, result, ev.ToolExecutionFinished(call.id, call.name, duration_ms)
             )
-            await self._log.emit(
-                ev.ToolExecutionFinished(call.id, call.name, duration_ms),
-                ev.ToolMessageCommitted(message.id),
-                state=[AppendMessage(message), *progress.state(RunStatus.WAITING_FOR_TOOLS)],
-            )
-            progress.remember(message)
+
+    async def _record(self, call: ToolCall, result: ToolResult, *events: ev.Payload) -> None:
+        """The call's result becomes a tool message of the session, committed with `events`."""
+        progress = self._progress
+        message = progress.message(
+            Role.TOOL,
+            result.text,
+            position=self._positions[call.id],
+            tool_call_id=call.id,
+            tool_name=call.name,
+            is_error=result.is_error,
+        )
+        await self._log.emit(
+            *events,
+            ev.ToolMessageCommitted(message.id),
+            state=[AppendMessage(message), *progress.state(RunStatus.WAITING_FOR_TOOLS)],
+        )
+        progress.remember(message)

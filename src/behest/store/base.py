@@ -12,6 +12,7 @@ from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,28 @@ class ClearToolResults:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class RequestInput:
+    """Store the calls a run now waits for (unanswered), with the step that pauses it."""
+
+    calls: tuple[PendingCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRun:
+    """The run's owner lets go of it (no owner, no lease): a waiting run is nobody's."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireCalls:
+    """Mark a run's unanswered calls that expired as timed out (by the run that goes on)."""
+
+    run_id: str
+    call_ids: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewRun:
     """A run to create inside a group commit, with the writes of its first step: the one way
@@ -79,7 +102,17 @@ class NewRun:
     first_step: Callable[[Run, int], list[Write]]
 
 
-Write = AppendEvent | AppendMessage | UpdateRun | PutSnapshot | DeleteSnapshot | ClearToolResults
+Write = (
+    AppendEvent
+    | AppendMessage
+    | UpdateRun
+    | PutSnapshot
+    | DeleteSnapshot
+    | ClearToolResults
+    | RequestInput
+    | ReleaseRun
+    | ExpireCalls
+)
 
 
 # Per item of apply_batch: None for plain writes; for a NewRun the CreatedRun and the writes of
@@ -141,6 +174,37 @@ class Store(Protocol):
 
     async def unfinished_runs(self) -> list[Run]:
         """Runs not in a terminal status, oldest first."""
+        ...
+
+    async def resumable_runs(self, *, now: datetime) -> list[Run]:
+        """Unfinished runs a node may take up, oldest first: all but the WAITING_FOR_INPUT
+        ones that still wait (a call unanswered and not expired at `now`)."""
+        ...
+
+    # --- runs that wait (domain/waits.py) ----------------------------------------------
+
+    async def pending_calls(self, run_id: str) -> list[PendingCall]:
+        """Every call the run waited or waits for, answered or not, by `ordinal`."""
+        ...
+
+    async def submit_answers(
+        self,
+        run_id: str,
+        answers: Sequence[Answer],
+        *,
+        kind: WaitKind,
+        by: str,
+        now: datetime,
+    ) -> Submitted:
+        """Store answers to the run's pending calls of `kind`, all or none, in one
+        transaction. NotFound: a call id the run never waited for with that kind;
+        FailedPrecondition: the run ended, or a call was answered otherwise, timed out or
+        expired by `now`. The same answer again is accepted and changes nothing. Returns the
+        run's calls that still wait (unanswered, not expired)."""
+        ...
+
+    async def always_allowed(self, session_id: str) -> frozenset[str]:
+        """Tools an ALLOW_ALWAYS decision freed from approvals in the session."""
         ...
 
     async def read_events(self, run_id: str, *, after: int, limit: int) -> list[Event]:

@@ -56,6 +56,9 @@ class FunctionTool:
     read_only: bool = False
     concurrency_safe: bool = False
     idempotent: bool = False
+    # Every call waits for an approval (SubmitApprovals) before it runs. Not part of the
+    # Tool protocol: a tool without the attribute needs none unless the settings say so.
+    requires_approval: bool = False
 
     async def __call__(self, arguments: dict[str, Any]) -> ToolResult | str:
         return await self.function(arguments)

@@ -76,17 +76,25 @@ class ToolRegistry:
         return ToolResult(truncate(result.text), result.is_error)
 
     def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str]:
-        try:
-            arguments = bounded_json.parse(call.arguments or "{}", max_bytes=MAX_ARGUMENT_BYTES)
-        except bounded_json.JsonRefused as exc:
-            return {}, f"the arguments of {call.name!r} were refused: the JSON text {exc}"
-        if not isinstance(arguments, dict):
-            return {}, f"arguments of {call.name!r} must be a JSON object"
-        errors = sorted(self._validators[call.name].iter_errors(arguments), key=str)
-        if errors:
-            where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-            return {}, (
-                f"arguments of {call.name!r} do not match its schema at {where}: "
-                f"{errors[0].message}"
-            )
-        return arguments, ""
+        return check_arguments(call, self._validators[call.name])
+
+    def requires_approval(self, name: str) -> bool:
+        """Whether the tool's own definition asks for an approval of every call."""
+        return bool(getattr(self._tools.get(name), "requires_approval", False))
+
+
+def check_arguments(call: ToolCall, validator: Draft202012Validator) -> tuple[dict[str, Any], str]:
+    """A call's arguments parsed (bounded) and checked against its tool's schema; or why not."""
+    try:
+        arguments = bounded_json.parse(call.arguments or "{}", max_bytes=MAX_ARGUMENT_BYTES)
+    except bounded_json.JsonRefused as exc:
+        return {}, f"the arguments of {call.name!r} were refused: the JSON text {exc}"
+    if not isinstance(arguments, dict):
+        return {}, f"arguments of {call.name!r} must be a JSON object"
+    errors = sorted(validator.iter_errors(arguments), key=str)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        return {}, (
+            f"arguments of {call.name!r} do not match its schema at {where}: {errors[0].message}"
+        )
+    return arguments, ""

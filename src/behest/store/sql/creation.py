@@ -178,4 +178,5 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "owner": new.owner or None,
         "lease_expires_at": new.lease_until,
         "tenant": new.tenant,
+        **rows.waits_to_columns(request.waits),
     }

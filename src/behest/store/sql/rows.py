@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.waits import Answer, ClientTool, Decision, PendingCall, WaitKind, WaitOptions
 from behest.events import codec
+
+NO_WAITS = WaitOptions()
+# The columns of NO_WAITS, which nearly every run has: built once, not per creation.
+NO_WAITS_COLUMNS: Mapping[str, Any] = MappingProxyType(
+    {
+        "client_tools": "[]",
+        "approval_required_tools": "[]",
+        "approve_side_effects": False,
+        "approval_timeout_s": 0,
+        "client_tool_timeout_s": 0,
+    }
+)
 
 
 def utc(value: datetime) -> datetime:
@@ -47,6 +61,96 @@ def run_from_row(row: Any) -> Run:
         owner=row.owner or "",
         lease_expires_at=row.lease_expires_at and utc(row.lease_expires_at),
         tenant=row.tenant,
+        waits=waits_from_row(row),
+    )
+
+
+def waits_to_columns(waits: WaitOptions) -> Mapping[str, Any]:
+    """The runs columns of a run's options for waiting."""
+    if waits == NO_WAITS:
+        return NO_WAITS_COLUMNS
+    tools = [
+        {"name": c.name, "description": c.description, "parameters_schema": c.parameters_schema}
+        for c in waits.client_tools
+    ]
+    return {
+        "client_tools": json.dumps(tools, separators=(",", ":")),
+        "approval_required_tools": json.dumps(list(waits.approval_required_tools)),
+        "approve_side_effects": waits.approve_side_effects,
+        "approval_timeout_s": waits.approval_timeout_s,
+        "client_tool_timeout_s": waits.client_tool_timeout_s,
+    }
+
+
+def waits_from_row(row: Any) -> WaitOptions:
+    if (
+        row.client_tools == "[]"
+        and row.approval_required_tools == "[]"
+        and not row.approve_side_effects
+        and not row.approval_timeout_s
+        and not row.client_tool_timeout_s
+    ):
+        return NO_WAITS  # frozen, so one instance serves every run that waits for nothing
+    return WaitOptions(
+        client_tools=tuple(ClientTool(**tool) for tool in json.loads(row.client_tools)),
+        approval_required_tools=tuple(json.loads(row.approval_required_tools)),
+        approve_side_effects=bool(row.approve_side_effects),
+        approval_timeout_s=row.approval_timeout_s,
+        client_tool_timeout_s=row.client_tool_timeout_s,
+    )
+
+
+def pending_call_to_row(call: PendingCall) -> dict[str, Any]:
+    answer = call.answer
+    return {
+        "run_id": call.run_id,
+        "call_id": call.call_id,
+        "session_id": call.session_id,
+        "tenant": call.tenant,
+        "kind": int(call.kind),
+        "tool_name": call.tool_name,
+        "arguments": call.arguments,
+        "ordinal": call.ordinal,
+        "requested_at": call.requested_at,
+        "expires_at": call.expires_at,
+        "decision": None if answer is None or answer.decision is None else int(answer.decision),
+        "text": "" if answer is None else answer.text,
+        "is_error": False if answer is None else answer.is_error,
+        "answered_by": call.answered_by,
+        "answered_at": call.answered_at,
+        "timed_out": call.timed_out,
+    }
+
+
+def pending_call_from_row(row: Any) -> PendingCall:
+    # Answered means answered_at is set (a client tool's answer has no decision); a call
+    # that timed out has it set too, but no answer.
+    answered = row.answered_at is not None and not row.timed_out
+    answer = (
+        Answer(
+            call_id=row.call_id,
+            decision=None if row.decision is None else Decision(row.decision),
+            text=row.text,
+            is_error=bool(row.is_error),
+        )
+        if answered
+        else None
+    )
+    return PendingCall(
+        run_id=row.run_id,
+        call_id=row.call_id,
+        session_id=row.session_id,
+        tenant=row.tenant,
+        kind=WaitKind(row.kind),
+        tool_name=row.tool_name,
+        arguments=row.arguments,
+        ordinal=row.ordinal,
+        requested_at=utc(row.requested_at),
+        expires_at=utc(row.expires_at),
+        answer=answer,
+        answered_by=row.answered_by,
+        answered_at=row.answered_at and utc(row.answered_at),
+        timed_out=bool(row.timed_out),
     )
 
 

@@ -17,12 +17,13 @@ from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
+from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
 from behest.store.base import (
     BatchResult,
     NewRun,
     Write,
 )
-from behest.store.sql import rows
+from behest.store.sql import rows, waits
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
@@ -98,6 +99,39 @@ class SqlStore:
         )
         async with self.engines.reader.connect() as conn:
             return [rows.run_from_row(row) for row in await conn.execute(query)]
+
+    async def resumable_runs(self, *, now: datetime) -> list[Run]:
+        """Unfinished runs but the WAITING_FOR_INPUT ones still waiting, oldest first."""
+        async with self.engines.reader.connect() as conn:
+            result = await conn.execute(waits.RESUMABLE_RUNS, {"b_now": now})
+            return [rows.run_from_row(row) for row in result]
+
+    # --- runs that wait -----------------------------------------------------------------
+
+    async def pending_calls(self, run_id: str) -> list[PendingCall]:
+        async with self.engines.reader.connect() as conn:
+            result = await conn.execute(waits.PENDING_CALLS, {"b_run": run_id})
+            return [rows.pending_call_from_row(row) for row in result]
+
+    async def submit_answers(
+        self,
+        run_id: str,
+        answers: Sequence[Answer],
+        *,
+        kind: WaitKind,
+        by: str,
+        now: datetime,
+    ) -> Submitted:
+        """Store answers to the run's calls of `kind`, all or none (store/sql/waits.py)."""
+        distinct = waits.distinct_answers(answers)
+        return await self.engines.writer.write(
+            waits.submit_answers, run_id, distinct, kind=kind, by=by, now=now
+        )
+
+    async def always_allowed(self, session_id: str) -> frozenset[str]:
+        params = {"b_session": session_id, "b_decision": int(Decision.ALLOW_ALWAYS)}
+        async with self.engines.reader.connect() as conn:
+            return frozenset((await conn.execute(waits.ALWAYS_ALLOWED, params)).scalars())
 
     # --- ownership of unfinished runs (leases) ------------------------------------------
 

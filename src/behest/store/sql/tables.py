@@ -74,6 +74,13 @@ runs = sa.Table(
     sa.Column("lease_expires_at", Ts, nullable=True),
     # The tenant it belongs to (migration 0006).
     sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
+    # Options for waiting (migration 0007): client_tools is a JSON list of objects (name,
+    # description, parameters_schema), approval_required_tools a JSON list of names.
+    sa.Column("client_tools", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("approval_required_tools", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("approve_side_effects", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("approval_timeout_s", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("client_tool_timeout_s", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
@@ -124,6 +131,39 @@ snapshots = sa.Table(
     sa.Column("pending_tool_calls", sa.Text, nullable=False),
     sa.Column("updated_at", Ts, nullable=False),
     sa.Column("finish_reason", sa.SmallInteger, nullable=False, server_default="0"),
+)
+
+# The tool calls runs wait for, and their answers (migration 0007; domain/waits.py). A row is
+# answered once answered_at is set: by an answer, or by its timing out (timed_out).
+pending_calls = sa.Table(
+    "pending_calls",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("call_id", sa.String(200), primary_key=True),
+    sa.Column("session_id", sa.String(36), nullable=False),
+    sa.Column("tenant", sa.String(200), nullable=False),
+    sa.Column("kind", sa.SmallInteger, nullable=False),
+    sa.Column("tool_name", sa.String(200), nullable=False),
+    sa.Column("arguments", sa.Text, nullable=False),
+    sa.Column("ordinal", sa.Integer, nullable=False),
+    sa.Column("requested_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
+    sa.Column("decision", sa.SmallInteger, nullable=True),
+    sa.Column("text", sa.Text, nullable=False, server_default=""),
+    sa.Column("is_error", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("answered_by", sa.String(200), nullable=False, server_default=""),
+    sa.Column("answered_at", Ts, nullable=True),
+    sa.Column("timed_out", sa.Boolean, nullable=False, server_default=sa.false()),
+    # always_allowed: a session's ALLOW_ALWAYS decisions.
+    sa.Index("ix_pending_calls_session", "session_id"),
+    # resumable_runs: whether a run still waits, from the small set of unanswered calls.
+    sa.Index(
+        "ix_pending_calls_waiting",
+        "run_id",
+        "expires_at",
+        sqlite_where=sa.text("answered_at IS NULL"),
+        postgresql_where=sa.text("answered_at IS NULL"),
+    ),
 )
 
 idempotency_keys = sa.Table(

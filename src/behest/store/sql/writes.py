@@ -16,7 +16,10 @@ from behest.store.base import (
     AppendMessage,
     ClearToolResults,
     DeleteSnapshot,
+    ExpireCalls,
     PutSnapshot,
+    ReleaseRun,
+    RequestInput,
     UpdateRun,
     Write,
 )
@@ -57,6 +60,22 @@ _END_SESSIONS_RUNS = (
     .where(t.sessions.c.active_run_id.in_(sa.bindparam("b_ended", expanding=True)))
     .values(active_run_id=None, updated_at=sa.bindparam("b_now"))
 )
+_INSERT_PENDING_CALLS = sa.insert(t.pending_calls)
+_RELEASE_RUNS = (
+    sa.update(t.runs)
+    .where(t.runs.c.id == sa.bindparam("b_id"))
+    .values(owner=None, lease_expires_at=None)
+)
+# Per call rather than call_id IN (…): executemany then covers every run's calls at once.
+_EXPIRE_CALLS = (
+    sa.update(t.pending_calls)
+    .where(
+        t.pending_calls.c.run_id == sa.bindparam("b_run"),
+        t.pending_calls.c.call_id == sa.bindparam("b_call"),
+        t.pending_calls.c.answered_at.is_(None),
+    )
+    .values(timed_out=True, answered_at=sa.bindparam("b_now"))
+)
 _DELETE_SNAPSHOTS = sa.delete(t.snapshots).where(
     t.snapshots.c.run_id.in_(sa.bindparam("b_gone", expanding=True))
 )
@@ -67,7 +86,10 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     messages: list[dict[str, Any]] = []
     run_updates: dict[str, UpdateRun] = {}
     snapshots: dict[str, Snapshot | None] = {}
-    clears: list[ClearToolResults] = []
+    clears: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    releases: list[dict[str, Any]] = []
+    expiries: list[tuple[str, str]] = []
     for write in writes:
         match write:
             case AppendEvent(event):
@@ -83,23 +105,30 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
                 snapshots[saved.run_id] = saved
             case DeleteSnapshot(run_id):
                 snapshots[run_id] = None
-            case ClearToolResults():
-                clears.append(write)
-    if messages:
-        conn.execute(_INSERT_MESSAGES, messages)
-    if events:
-        conn.execute(_INSERT_EVENTS, events)
-    for clear in clears:
-        conn.execute(
-            _CLEAR_TOOL_RESULTS,
-            {
-                "b_session": clear.session_id,
-                "b_through": clear.through_position,
-                "b_text": clear.text,
-            },
-        )
+            case ClearToolResults(session_id=session, through_position=through, text=text):
+                clears.append({"b_session": session, "b_through": through, "b_text": text})
+            case RequestInput(requested):
+                calls.extend(rows.pending_call_to_row(call) for call in requested)
+            case ReleaseRun(run_id):
+                releases.append({"b_id": run_id})
+            case ExpireCalls():
+                expiries.extend((write.run_id, call_id) for call_id in write.call_ids)
+    _execute(conn, _INSERT_MESSAGES, messages)
+    _execute(conn, _INSERT_EVENTS, events)
+    for clear in clears:  # one by one, in order: a later prune of a session wins
+        conn.execute(_CLEAR_TOOL_RESULTS, clear)
+    _execute(conn, _INSERT_PENDING_CALLS, calls)
     update_runs(conn, list(run_updates.values()))
+    _execute(conn, _RELEASE_RUNS, releases)
+    # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.
+    expire_calls(conn, expiries)
     put_snapshots(conn, snapshots)
+
+
+def _execute(conn: Connection, statement: sa.Executable, params: list[dict[str, Any]]) -> None:
+    """One (multi-row) statement for all `params`; none if there are none."""
+    if params:
+        conn.execute(statement, params)
 
 
 def update_runs(conn: Connection, updates: list[UpdateRun]) -> None:
@@ -124,6 +153,14 @@ def update_runs(conn: Connection, updates: list[UpdateRun]) -> None:
     ended = [u.run_id for u in updates if u.status.is_terminal]
     if ended:
         conn.execute(_END_SESSIONS_RUNS, {"b_ended": ended, "b_now": now})
+
+
+def expire_calls(conn: Connection, expiries: list[tuple[str, str]]) -> None:
+    """Mark unanswered calls (run id, call id) as timed out, now; answered ones keep theirs."""
+    if expiries:
+        now = rows.now()
+        params = [{"b_run": run, "b_call": call, "b_now": now} for run, call in expiries]
+        conn.execute(_EXPIRE_CALLS, params)
 
 
 def put_snapshots(conn: Connection, snapshots: dict[str, Snapshot | None]) -> None:

@@ -62,6 +62,10 @@ class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.V
     RUN_STATUS_COMPLETED: _RunStatus.ValueType  # 7
     RUN_STATUS_FAILED: _RunStatus.ValueType  # 8
     RUN_STATUS_CANCELLED: _RunStatus.ValueType  # 9
+    RUN_STATUS_WAITING_FOR_INPUT: _RunStatus.ValueType  # 10
+    """Added in behest 0.6. The run waits for answers from outside (approvals, client tool
+    results); it holds no task, lease or concurrent-run slot meanwhile.
+    """
 
 class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
     """Where a run is in the agent loop."""
@@ -76,6 +80,10 @@ RUN_STATUS_PERSISTING: RunStatus.ValueType  # 6
 RUN_STATUS_COMPLETED: RunStatus.ValueType  # 7
 RUN_STATUS_FAILED: RunStatus.ValueType  # 8
 RUN_STATUS_CANCELLED: RunStatus.ValueType  # 9
+RUN_STATUS_WAITING_FOR_INPUT: RunStatus.ValueType  # 10
+"""Added in behest 0.6. The run waits for answers from outside (approvals, client tool
+results); it holds no task, lease or concurrent-run slot meanwhile.
+"""
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
 @_typing.final

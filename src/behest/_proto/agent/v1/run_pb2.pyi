@@ -9,6 +9,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -19,6 +20,54 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ApprovalDecision:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ApprovalDecisionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ApprovalDecision.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    APPROVAL_DECISION_UNSPECIFIED: _ApprovalDecision.ValueType  # 0
+    APPROVAL_DECISION_ALLOW: _ApprovalDecision.ValueType  # 1
+    """The call runs."""
+    APPROVAL_DECISION_DENY: _ApprovalDecision.ValueType  # 2
+    """The call does not run; the model gets a tool result saying so, with the reason."""
+    APPROVAL_DECISION_ALLOW_ALWAYS: _ApprovalDecision.ValueType  # 3
+    """The call runs, and later calls of the same tool in the session need no approval."""
+    APPROVAL_DECISION_TIMED_OUT: _ApprovalDecision.ValueType  # 4
+    """Only in events: nobody decided before the request expired, so the call was denied."""
+
+class ApprovalDecision(_ApprovalDecision, metaclass=_ApprovalDecisionEnumTypeWrapper):
+    """Added in behest 0.6: how a tool call that waited for an approval was decided."""
+
+APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision.ValueType  # 0
+APPROVAL_DECISION_ALLOW: ApprovalDecision.ValueType  # 1
+"""The call runs."""
+APPROVAL_DECISION_DENY: ApprovalDecision.ValueType  # 2
+"""The call does not run; the model gets a tool result saying so, with the reason."""
+APPROVAL_DECISION_ALLOW_ALWAYS: ApprovalDecision.ValueType  # 3
+"""The call runs, and later calls of the same tool in the session need no approval."""
+APPROVAL_DECISION_TIMED_OUT: ApprovalDecision.ValueType  # 4
+"""Only in events: nobody decided before the request expired, so the call was denied."""
+Global___ApprovalDecision: _TypeAlias = ApprovalDecision  # noqa: Y015
+
+class _PendingCallKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PendingCallKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PendingCallKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PENDING_CALL_KIND_UNSPECIFIED: _PendingCallKind.ValueType  # 0
+    PENDING_CALL_KIND_APPROVAL: _PendingCallKind.ValueType  # 1
+    PENDING_CALL_KIND_CLIENT_TOOL: _PendingCallKind.ValueType  # 2
+
+class PendingCallKind(_PendingCallKind, metaclass=_PendingCallKindEnumTypeWrapper):
+    """Added in behest 0.6: what a waiting call waits for."""
+
+PENDING_CALL_KIND_UNSPECIFIED: PendingCallKind.ValueType  # 0
+PENDING_CALL_KIND_APPROVAL: PendingCallKind.ValueType  # 1
+PENDING_CALL_KIND_CLIENT_TOOL: PendingCallKind.ValueType  # 2
+Global___PendingCallKind: _TypeAlias = PendingCallKind  # noqa: Y015
 
 @_typing.final
 class AgentEvent(_message.Message):
@@ -49,6 +98,10 @@ class AgentEvent(_message.Message):
     COMPACTION_CIRCUIT_OPENED_FIELD_NUMBER: _builtins.int
     COMPACTION_STARTED_FIELD_NUMBER: _builtins.int
     COMPACTION_FINISHED_FIELD_NUMBER: _builtins.int
+    APPROVAL_REQUESTED_FIELD_NUMBER: _builtins.int
+    APPROVAL_RESOLVED_FIELD_NUMBER: _builtins.int
+    CLIENT_TOOL_REQUESTED_FIELD_NUMBER: _builtins.int
+    CLIENT_TOOL_ANSWERED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -99,6 +152,16 @@ class AgentEvent(_message.Message):
     @_builtins.property
     def compaction_finished(self) -> Global___CompactionFinishedEvent: ...
     @_builtins.property
+    def approval_requested(self) -> Global___ApprovalRequestedEvent:
+        """Added in behest 0.6: runs that wait for an answer from outside."""
+
+    @_builtins.property
+    def approval_resolved(self) -> Global___ApprovalResolvedEvent: ...
+    @_builtins.property
+    def client_tool_requested(self) -> Global___ClientToolRequestedEvent: ...
+    @_builtins.property
+    def client_tool_answered(self) -> Global___ClientToolAnsweredEvent: ...
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -124,15 +187,19 @@ class AgentEvent(_message.Message):
         compaction_circuit_opened: Global___CompactionCircuitOpenedEvent | None = ...,
         compaction_started: Global___CompactionStartedEvent | None = ...,
         compaction_finished: Global___CompactionFinishedEvent | None = ...,
+        approval_requested: Global___ApprovalRequestedEvent | None = ...,
+        approval_resolved: Global___ApprovalResolvedEvent | None = ...,
+        client_tool_requested: Global___ClientToolRequestedEvent | None = ...,
+        client_tool_answered: Global___ClientToolAnsweredEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assistant_message_committed", b"assistant_message_committed", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant_message_committed", b"assistant_message_committed", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -557,6 +624,132 @@ class CompactionFinishedEvent(_message.Message):
 Global___CompactionFinishedEvent: _TypeAlias = CompactionFinishedEvent  # noqa: Y015
 
 @_typing.final
+class ApprovalRequestedEvent(_message.Message):
+    """Added in behest 0.6: the run waits until this call is allowed or denied (SubmitApprovals)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def call(self) -> _common_pb2.ToolCall: ...
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """When an undecided request is denied by timeout."""
+
+    def __init__(
+        self,
+        *,
+        call: _common_pb2.ToolCall | None = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalRequestedEvent: _TypeAlias = ApprovalRequestedEvent  # noqa: Y015
+
+@_typing.final
+class ApprovalResolvedEvent(_message.Message):
+    """Added in behest 0.6: how an approval request was decided, by whom and why."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    DECIDED_BY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    decision: Global___ApprovalDecision.ValueType
+    decided_by: _builtins.str
+    """The principal that decided; empty for a timeout."""
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        decision: Global___ApprovalDecision.ValueType = ...,
+        decided_by: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "decided_by", b"decided_by", "decision", b"decision", "reason", b"reason", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalResolvedEvent: _TypeAlias = ApprovalResolvedEvent  # noqa: Y015
+
+@_typing.final
+class ClientToolRequestedEvent(_message.Message):
+    """Added in behest 0.6: the run waits for the caller to run this call of one of its client
+    tools and send the result (SubmitToolResults). The arguments match the tool's schema.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def call(self) -> _common_pb2.ToolCall: ...
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """When an unanswered call gets an error result ("timed out") instead."""
+
+    def __init__(
+        self,
+        *,
+        call: _common_pb2.ToolCall | None = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientToolRequestedEvent: _TypeAlias = ClientToolRequestedEvent  # noqa: Y015
+
+@_typing.final
+class ClientToolAnsweredEvent(_message.Message):
+    """Added in behest 0.6: a client tool call was answered (or timed out)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    IS_ERROR_FIELD_NUMBER: _builtins.int
+    ANSWERED_BY_FIELD_NUMBER: _builtins.int
+    TIMED_OUT_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    is_error: _builtins.bool
+    answered_by: _builtins.str
+    """The principal that answered; empty for a timeout."""
+    timed_out: _builtins.bool
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        is_error: _builtins.bool = ...,
+        answered_by: _builtins.str = ...,
+        timed_out: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered_by", b"answered_by", "call_id", b"call_id", "is_error", b"is_error", "timed_out", b"timed_out", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientToolAnsweredEvent: _TypeAlias = ClientToolAnsweredEvent  # noqa: Y015
+
+@_typing.final
 class RunRecord(_message.Message):
     """A run as stored."""
 
@@ -574,6 +767,11 @@ class RunRecord(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     MAX_ITERATIONS_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
+    CLIENT_TOOLS_FIELD_NUMBER: _builtins.int
+    APPROVAL_REQUIRED_TOOLS_FIELD_NUMBER: _builtins.int
+    APPROVE_SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
+    APPROVAL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    CLIENT_TOOL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
@@ -583,6 +781,9 @@ class RunRecord(_message.Message):
     """Added in behest 0.4: the run's options as given at creation (defaults filled in)."""
     max_iterations: _builtins.int
     tool_choice: _builtins.str
+    approve_side_effects: _builtins.bool
+    approval_timeout_s: _builtins.int
+    client_tool_timeout_s: _builtins.int
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
@@ -593,6 +794,12 @@ class RunRecord(_message.Message):
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def client_tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolSpec]:
+        """Added in behest 0.6: the run's waiting options as given at creation (defaults filled in)."""
+
+    @_builtins.property
+    def approval_required_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -608,10 +815,15 @@ class RunRecord(_message.Message):
         tools: _abc.Iterable[_builtins.str] | None = ...,
         max_iterations: _builtins.int = ...,
         tool_choice: _builtins.str = ...,
+        client_tools: _abc.Iterable[_common_pb2.ToolSpec] | None = ...,
+        approval_required_tools: _abc.Iterable[_builtins.str] | None = ...,
+        approve_side_effects: _builtins.bool = ...,
+        approval_timeout_s: _builtins.int = ...,
+        client_tool_timeout_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "model", b"model", "provider", b"provider", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -673,6 +885,11 @@ class CreateRunRequest(_message.Message):
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     MAX_ITERATIONS_FIELD_NUMBER: _builtins.int
+    CLIENT_TOOLS_FIELD_NUMBER: _builtins.int
+    APPROVAL_REQUIRED_TOOLS_FIELD_NUMBER: _builtins.int
+    APPROVE_SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
+    APPROVAL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    CLIENT_TOOL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -686,6 +903,18 @@ class CreateRunRequest(_message.Message):
     """Added in behest 0.4. A system instruction for this run, placed before the transcript."""
     max_iterations: _builtins.int
     """Added in behest 0.4. Model calls before the run fails; 0 means the server default (10)."""
+    approve_side_effects: _builtins.bool
+    """Added in behest 0.6. Every call of a server tool not marked read-only waits for an
+    approval.
+    """
+    approval_timeout_s: _builtins.int
+    """Added in behest 0.6. Seconds an approval request waits before it is denied; 0 means the
+    server default.
+    """
+    client_tool_timeout_s: _builtins.int
+    """Added in behest 0.6. Seconds a client tool call waits for its result before the model
+    gets an error result; 0 means the server default.
+    """
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
@@ -693,6 +922,19 @@ class CreateRunRequest(_message.Message):
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Added in behest 0.4. Names of the tools this run may use; empty means all."""
+
+    @_builtins.property
+    def client_tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolSpec]:
+        """Added in behest 0.6. Tools the caller runs itself: the model may call them like any
+        tool; the run then waits for their results (SubmitToolResults). Names must not clash
+        with the server's tools.
+        """
+
+    @_builtins.property
+    def approval_required_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Added in behest 0.6. Names of server tools whose every call waits for an approval
+        (SubmitApprovals), besides those the server's settings mark.
+        """
 
     def __init__(
         self,
@@ -707,10 +949,15 @@ class CreateRunRequest(_message.Message):
         instructions: _builtins.str = ...,
         tools: _abc.Iterable[_builtins.str] | None = ...,
         max_iterations: _builtins.int = ...,
+        client_tools: _abc.Iterable[_common_pb2.ToolSpec] | None = ...,
+        approval_required_tools: _abc.Iterable[_builtins.str] | None = ...,
+        approve_side_effects: _builtins.bool = ...,
+        approval_timeout_s: _builtins.int = ...,
+        client_tool_timeout_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "provider", b"provider"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_request_id", b"client_request_id", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -935,6 +1182,240 @@ class WatchRunEventsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchRunEventsRequest: _TypeAlias = WatchRunEventsRequest  # noqa: Y015
+
+@_typing.final
+class ApprovalAnswer(_message.Message):
+    """Added in behest 0.6: one decision about one tool call that waits for an approval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    decision: Global___ApprovalDecision.ValueType
+    """ALLOW, DENY or ALLOW_ALWAYS."""
+    reason: _builtins.str
+    """Why; the model sees it in the tool result of a denied call."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        decision: Global___ApprovalDecision.ValueType = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "decision", b"decision", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalAnswer: _TypeAlias = ApprovalAnswer  # noqa: Y015
+
+@_typing.final
+class SubmitApprovalsRequest(_message.Message):
+    """Added in behest 0.6."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    APPROVALS_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def approvals(self) -> _containers.RepeatedCompositeFieldContainer[Global___ApprovalAnswer]: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        approvals: _abc.Iterable[Global___ApprovalAnswer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvals", b"approvals", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitApprovalsRequest: _TypeAlias = SubmitApprovalsRequest  # noqa: Y015
+
+@_typing.final
+class SubmitApprovalsResponse(_message.Message):
+    """Added in behest 0.6. Sent once the decisions are stored."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAITING_CALL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def waiting_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The calls of the run still waiting for an answer; empty: the run goes on."""
+
+    def __init__(
+        self,
+        *,
+        waiting_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["waiting_call_ids", b"waiting_call_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitApprovalsResponse: _TypeAlias = SubmitApprovalsResponse  # noqa: Y015
+
+@_typing.final
+class ClientToolResult(_message.Message):
+    """Added in behest 0.6: the result of one client tool call, as the caller ran it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    IS_ERROR_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    output: _builtins.str
+    """What the model sees as the tool's output."""
+    is_error: _builtins.bool
+    """The tool failed; `output` says how."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        output: _builtins.str = ...,
+        is_error: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "is_error", b"is_error", "output", b"output"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientToolResult: _TypeAlias = ClientToolResult  # noqa: Y015
+
+@_typing.final
+class SubmitToolResultsRequest(_message.Message):
+    """Added in behest 0.6."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientToolResult]: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        results: _abc.Iterable[Global___ClientToolResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitToolResultsRequest: _TypeAlias = SubmitToolResultsRequest  # noqa: Y015
+
+@_typing.final
+class SubmitToolResultsResponse(_message.Message):
+    """Added in behest 0.6. Sent once the results are stored."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAITING_CALL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def waiting_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The calls of the run still waiting for an answer; empty: the run goes on."""
+
+    def __init__(
+        self,
+        *,
+        waiting_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["waiting_call_ids", b"waiting_call_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitToolResultsResponse: _TypeAlias = SubmitToolResultsResponse  # noqa: Y015
+
+@_typing.final
+class PendingCall(_message.Message):
+    """Added in behest 0.6: a tool call that waits for an answer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    REQUESTED_AT_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    kind: Global___PendingCallKind.ValueType
+    @_builtins.property
+    def call(self) -> _common_pb2.ToolCall: ...
+    @_builtins.property
+    def requested_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        call: _common_pb2.ToolCall | None = ...,
+        kind: Global___PendingCallKind.ValueType = ...,
+        requested_at: _timestamp_pb2.Timestamp | None = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at", "requested_at", b"requested_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at", "kind", b"kind", "requested_at", b"requested_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingCall: _TypeAlias = PendingCall  # noqa: Y015
+
+@_typing.final
+class ListPendingCallsRequest(_message.Message):
+    """Added in behest 0.6."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingCallsRequest: _TypeAlias = ListPendingCallsRequest  # noqa: Y015
+
+@_typing.final
+class ListPendingCallsResponse(_message.Message):
+    """Added in behest 0.6."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingCall]:
+        """The run's calls that wait for an answer now, in the order the model made them."""
+
+    def __init__(
+        self,
+        *,
+        calls: _abc.Iterable[Global___PendingCall] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingCallsResponse: _TypeAlias = ListPendingCallsResponse  # noqa: Y015
 
 @_typing.final
 class GetCompactionConfigRequest(_message.Message):

@@ -70,6 +70,21 @@ class RunServiceStub:
                 request_serializer=agent_dot_v1_dot_run__pb2.WatchRunEventsRequest.SerializeToString,
                 response_deserializer=agent_dot_v1_dot_run__pb2.AgentEvent.FromString,
                 _registered_method=True)
+        self.SubmitApprovals = channel.unary_unary(
+                '/agent.v1.RunService/SubmitApprovals',
+                request_serializer=agent_dot_v1_dot_run__pb2.SubmitApprovalsRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.SubmitApprovalsResponse.FromString,
+                _registered_method=True)
+        self.SubmitToolResults = channel.unary_unary(
+                '/agent.v1.RunService/SubmitToolResults',
+                request_serializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsResponse.FromString,
+                _registered_method=True)
+        self.ListPendingCalls = channel.unary_unary(
+                '/agent.v1.RunService/ListPendingCalls',
+                request_serializer=agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.ListPendingCallsResponse.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -126,6 +141,30 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitApprovals(self, request, context):
+        """Added in behest 0.6. Allows or denies tool calls the run waits for; all or nothing. An
+        unknown call is NOT_FOUND, one decided otherwise (or expired) FAILED_PRECONDITION; the
+        same decision again is harmless.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitToolResults(self, request, context):
+        """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
+        nothing, with the same rules as SubmitApprovals.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPendingCalls(self, request, context):
+        """Added in behest 0.6. The run's calls that wait for an answer now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +202,21 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.WatchRunEvents,
                     request_deserializer=agent_dot_v1_dot_run__pb2.WatchRunEventsRequest.FromString,
                     response_serializer=agent_dot_v1_dot_run__pb2.AgentEvent.SerializeToString,
+            ),
+            'SubmitApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitApprovals,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.SubmitApprovalsRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.SubmitApprovalsResponse.SerializeToString,
+            ),
+            'SubmitToolResults': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitToolResults,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsResponse.SerializeToString,
+            ),
+            'ListPendingCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPendingCalls,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.ListPendingCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +409,87 @@ class RunService:
             '/agent.v1.RunService/WatchRunEvents',
             agent_dot_v1_dot_run__pb2.WatchRunEventsRequest.SerializeToString,
             agent_dot_v1_dot_run__pb2.AgentEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.RunService/SubmitApprovals',
+            agent_dot_v1_dot_run__pb2.SubmitApprovalsRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.SubmitApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitToolResults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.RunService/SubmitToolResults',
+            agent_dot_v1_dot_run__pb2.SubmitToolResultsRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.SubmitToolResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPendingCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.RunService/ListPendingCalls',
+            agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.ListPendingCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

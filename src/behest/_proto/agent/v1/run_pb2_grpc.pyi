@@ -49,6 +49,17 @@ class RunServiceStub:
     """
     WatchRunEvents: _grpc.UnaryStreamMultiCallable[_run_pb2.WatchRunEventsRequest, _run_pb2.AgentEvent]
     """Streams a run's events after last_event_id: stored ones first, then live."""
+    SubmitApprovals: _grpc.UnaryUnaryMultiCallable[_run_pb2.SubmitApprovalsRequest, _run_pb2.SubmitApprovalsResponse]
+    """Added in behest 0.6. Allows or denies tool calls the run waits for; all or nothing. An
+    unknown call is NOT_FOUND, one decided otherwise (or expired) FAILED_PRECONDITION; the
+    same decision again is harmless.
+    """
+    SubmitToolResults: _grpc.UnaryUnaryMultiCallable[_run_pb2.SubmitToolResultsRequest, _run_pb2.SubmitToolResultsResponse]
+    """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
+    nothing, with the same rules as SubmitApprovals.
+    """
+    ListPendingCalls: _grpc.UnaryUnaryMultiCallable[_run_pb2.ListPendingCallsRequest, _run_pb2.ListPendingCallsResponse]
+    """Added in behest 0.6. The run's calls that wait for an answer now."""
 
 @_typing.type_check_only
 class RunServiceAsyncStub(RunServiceStub):
@@ -71,6 +82,17 @@ class RunServiceAsyncStub(RunServiceStub):
     """
     WatchRunEvents: _aio.UnaryStreamMultiCallable[_run_pb2.WatchRunEventsRequest, _run_pb2.AgentEvent]  # type: ignore[assignment]
     """Streams a run's events after last_event_id: stored ones first, then live."""
+    SubmitApprovals: _aio.UnaryUnaryMultiCallable[_run_pb2.SubmitApprovalsRequest, _run_pb2.SubmitApprovalsResponse]  # type: ignore[assignment]
+    """Added in behest 0.6. Allows or denies tool calls the run waits for; all or nothing. An
+    unknown call is NOT_FOUND, one decided otherwise (or expired) FAILED_PRECONDITION; the
+    same decision again is harmless.
+    """
+    SubmitToolResults: _aio.UnaryUnaryMultiCallable[_run_pb2.SubmitToolResultsRequest, _run_pb2.SubmitToolResultsResponse]  # type: ignore[assignment]
+    """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
+    nothing, with the same rules as SubmitApprovals.
+    """
+    ListPendingCalls: _aio.UnaryUnaryMultiCallable[_run_pb2.ListPendingCallsRequest, _run_pb2.ListPendingCallsResponse]  # type: ignore[assignment]
+    """Added in behest 0.6. The run's calls that wait for an answer now."""
 
 class RunServiceServicer(metaclass=_abc_1.ABCMeta):
     """Creates, observes and cancels agent runs."""
@@ -132,6 +154,35 @@ class RunServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_run_pb2.AgentEvent], _abc.AsyncIterator[_run_pb2.AgentEvent]]:
         """Streams a run's events after last_event_id: stored ones first, then live."""
+
+    @_abc_1.abstractmethod
+    def SubmitApprovals(
+        self,
+        request: _run_pb2.SubmitApprovalsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.SubmitApprovalsResponse, _abc.Awaitable[_run_pb2.SubmitApprovalsResponse]]:
+        """Added in behest 0.6. Allows or denies tool calls the run waits for; all or nothing. An
+        unknown call is NOT_FOUND, one decided otherwise (or expired) FAILED_PRECONDITION; the
+        same decision again is harmless.
+        """
+
+    @_abc_1.abstractmethod
+    def SubmitToolResults(
+        self,
+        request: _run_pb2.SubmitToolResultsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.SubmitToolResultsResponse, _abc.Awaitable[_run_pb2.SubmitToolResultsResponse]]:
+        """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
+        nothing, with the same rules as SubmitApprovals.
+        """
+
+    @_abc_1.abstractmethod
+    def ListPendingCalls(
+        self,
+        request: _run_pb2.ListPendingCallsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.ListPendingCallsResponse, _abc.Awaitable[_run_pb2.ListPendingCallsResponse]]:
+        """Added in behest 0.6. The run's calls that wait for an answer now."""
 
 def add_RunServiceServicer_to_server(servicer: RunServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

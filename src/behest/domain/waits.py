@@ -1,0 +1,104 @@
+"""Runs that wait: tool calls held for an approval or run by the client, and their answers.
+
+When the model calls a tool that needs an approval, or one of the run's client tools, the run
+stops at a durable point (status WAITING_FOR_INPUT) with one PendingCall per such call. An
+answer is stored once per call; when every call has one (or has expired), the run goes on
+from its snapshot on whichever node claims it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+class WaitKind(enum.IntEnum):
+    """What a pending call waits for; values match agent.v1.PendingCallKind."""
+
+    APPROVAL = 1
+    CLIENT_TOOL = 2
+
+
+class Decision(enum.IntEnum):
+    """How an approval was decided; values match agent.v1.ApprovalDecision."""
+
+    ALLOW = 1
+    DENY = 2
+    ALLOW_ALWAYS = 3
+    TIMED_OUT = 4
+
+    @property
+    def allows(self) -> bool:
+        return self in (Decision.ALLOW, Decision.ALLOW_ALWAYS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientTool:
+    """A tool the caller runs itself, declared in CreateRunRequest."""
+
+    name: str
+    description: str
+    parameters_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitOptions:
+    """A run's options for waiting, as given at creation (0 timeouts: the server's)."""
+
+    client_tools: tuple[ClientTool, ...] = ()
+    approval_required_tools: tuple[str, ...] = ()
+    approve_side_effects: bool = False
+    approval_timeout_s: int = 0
+    client_tool_timeout_s: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """An answer to one pending call from outside: a decision (approvals) or a result
+    (client tools: `text` is the output, `is_error` marks a failure)."""
+
+    call_id: str
+    decision: Decision | None = None
+    text: str = ""
+    is_error: bool = False
+
+    def same_as(self, other: Answer) -> bool:
+        return (self.decision, self.text, self.is_error) == (
+            other.decision,
+            other.text,
+            other.is_error,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingCall:
+    """A tool call a run waits for, and its answer once there is one."""
+
+    run_id: str
+    call_id: str
+    session_id: str
+    tenant: str
+    kind: WaitKind
+    tool_name: str
+    arguments: str
+    # The order of the call in the model's turn.
+    ordinal: int
+    requested_at: datetime
+    expires_at: datetime
+    answer: Answer | None = None
+    answered_by: str = ""
+    answered_at: datetime | None = None
+    # No answer came in time and the run went on without one (answer None, answered_at set).
+    timed_out: bool = False
+
+    def expired(self, now: datetime) -> bool:
+        return self.timed_out or (self.answer is None and self.expires_at <= now)
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """The outcome of storing answers: the run's calls that still wait for one."""
+
+    waiting_call_ids: tuple[str, ...]

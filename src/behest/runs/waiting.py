@@ -1,0 +1,254 @@
+"""Runs that wait: which of a turn's calls wait for an answer, the pause, and the answers.
+
+A call waits when it is one of the run's client tools (its arguments valid: an invalid one
+gets an error result at once and never reaches the client), or when it needs an approval: its
+tool's definition or the server's settings say so, or the run asked for it (by name, or for
+every tool not marked read-only), unless an ALLOW_ALWAYS decision of the session freed the
+tool. The pause is one step: a request event per waiting call, the calls stored unanswered,
+status WAITING_FOR_INPUT, and the run's lease let go. When the run goes on, one step records
+how each call was resolved, and every call gets its result in the order the model made them
+(runs/tool_calls.py): approved ones run, the others are answered with what came back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from behest.domain import events as ev
+from behest.domain.messages import ToolCall
+from behest.domain.runs import Run, RunStatus
+from behest.domain.waits import Decision, PendingCall, WaitKind
+from behest.events.log import RunLog
+from behest.providers.base import ToolDefinition
+from behest.runs.progress import RunProgress
+from behest.store.base import ExpireCalls, ReleaseRun, RequestInput, Store
+from behest.tools.base import ToolResult
+from behest.tools.output import truncate
+from behest.tools.registry import ToolRegistry, check_arguments
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitPolicy:
+    """The server's side of waiting (settings): tools that always need an approval, and the
+    default timeouts of a run that sets none."""
+
+    approval_required_tools: frozenset[str] = frozenset()
+    approval_timeout_s: float = 86_400.0
+    client_tool_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """How a run's loop stops when it waits: the calls it waits for."""
+
+    call_ids: tuple[str, ...]
+    # The earliest time one of them expires (the run goes on then, at the latest).
+    expires_at: datetime
+
+
+class Waits:
+    """One run's waiting calls: deciding which wait, pausing, and turning answers into results."""
+
+    def __init__(
+        self,
+        *,
+        run: Run,
+        log: RunLog,
+        store: Store,
+        tools: ToolRegistry,
+        policy: WaitPolicy,
+        progress: RunProgress,
+    ) -> None:
+        self._run = run
+        self._log = log
+        self._store = store
+        self._tools = tools
+        self._policy = policy
+        self._progress = progress
+        options = run.waits
+        self._client = {t.name: t for t in options.client_tools}
+        self._validators: dict[str, Draft202012Validator] = {}
+        self._approved_by_run = frozenset(options.approval_required_tools)
+        self._approval_s = options.approval_timeout_s or policy.approval_timeout_s
+        self._client_s = options.client_tool_timeout_s or policy.client_tool_timeout_s
+
+    # --- what the model is offered ---------------------------------------------------
+
+    def client_definitions(self) -> list[ToolDefinition]:
+        """The run's client tools, as offered to the model beside the server's."""
+        return [
+            ToolDefinition(t.name, t.description, t.parameters_schema)
+            for t in self._client.values()
+        ]
+
+    def is_client_tool(self, name: str) -> bool:
+        return name in self._client
+
+    # --- pausing ------------------------------------------------------------------------
+
+    async def hold(self, calls: Sequence[ToolCall], offered: frozenset[str]) -> Waiting | None:
+        """Pause the run if any call waits (the step durable before this returns)."""
+        kinds = await self._kinds(calls, offered)
+        if not kinds:
+            return None
+        now = datetime.now(UTC)
+        pending, requests = [], []
+        for ordinal, call in enumerate(calls):
+            kind = kinds.get(call.id)
+            if kind is None:
+                continue
+            seconds = self._approval_s if kind == WaitKind.APPROVAL else self._client_s
+            expires = now + timedelta(seconds=seconds)
+            pending.append(self._pending(call, kind, ordinal, now, expires))
+            requests.append(
+                ev.ApprovalRequested(call, expires)
+                if kind == WaitKind.APPROVAL
+                else ev.ClientToolRequested(call, expires)
+            )
+        done = await self._log.emit(
+            *requests,
+            state=[
+                RequestInput(tuple(pending)),
+                *self._progress.state(RunStatus.WAITING_FOR_INPUT),
+                ReleaseRun(self._run.id),
+            ],
+        )
+        await done
+        return Waiting(tuple(p.call_id for p in pending), min(p.expires_at for p in pending))
+
+    async def _kinds(
+        self, calls: Sequence[ToolCall], offered: frozenset[str]
+    ) -> dict[str, WaitKind]:
+        kinds: dict[str, WaitKind] = {}
+        freed: frozenset[str] | None = None
+        for call in calls:
+            if call.name in self._client:
+                if not self._invalid(call):
+                    kinds[call.id] = WaitKind.CLIENT_TOOL
+            elif call.name in offered and self._needs_approval(call.name):
+                if freed is None:
+                    freed = await self._store.always_allowed(self._run.session_id)
+                if call.name not in freed:
+                    kinds[call.id] = WaitKind.APPROVAL
+        return kinds
+
+    def _needs_approval(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        if tool is None:
+            return False
+        return (
+            name in self._approved_by_run
+            or name in self._policy.approval_required_tools
+            or self._tools.requires_approval(name)
+            or (self._run.waits.approve_side_effects and not tool.read_only)
+        )
+
+    def _invalid(self, call: ToolCall) -> str:
+        """Why a client tool call's arguments do not fit its schema ("" when they do)."""
+        validator = self._validators.get(call.name)
+        if validator is None:
+            schema: dict[str, Any] = self._client[call.name].parameters_schema
+            validator = self._validators[call.name] = Draft202012Validator(schema)
+        return check_arguments(call, validator)[1]
+
+    def _pending(
+        self, call: ToolCall, kind: WaitKind, ordinal: int, now: datetime, expires: datetime
+    ) -> PendingCall:
+        return PendingCall(
+            run_id=self._run.id,
+            call_id=call.id,
+            session_id=self._run.session_id,
+            tenant=self._run.tenant,
+            kind=kind,
+            tool_name=call.name,
+            arguments=call.arguments,
+            ordinal=ordinal,
+            requested_at=now,
+            expires_at=expires,
+        )
+
+    # --- going on -------------------------------------------------------------------------
+
+    async def resolve(self, calls: Sequence[ToolCall]) -> Waiting | None:
+        """A waiting run taken up again: still waiting (the lease let go again), or one step
+        recording how each of its calls was resolved (status WAITING_FOR_TOOLS)."""
+        ids = {c.id for c in calls}
+        pending = [p for p in await self._store.pending_calls(self._run.id) if p.call_id in ids]
+        now = datetime.now(UTC)
+        open_calls = [p for p in pending if p.answer is None and not p.expired(now)]
+        if open_calls:
+            await self._log.emit(state=[ReleaseRun(self._run.id)])
+            return Waiting(
+                tuple(p.call_id for p in open_calls), min(p.expires_at for p in open_calls)
+            )
+        expired = tuple(p.call_id for p in pending if p.answer is None and not p.timed_out)
+        await self._log.emit(
+            *(self._resolution(p) for p in pending),
+            state=[
+                ExpireCalls(run_id=self._run.id, call_ids=expired),
+                *self._progress.state(RunStatus.WAITING_FOR_TOOLS),
+            ],
+        )
+        return None
+
+    def _resolution(self, call: PendingCall) -> ev.Payload:
+        answer = call.answer
+        if call.kind == WaitKind.APPROVAL:
+            if answer is None or answer.decision is None:
+                why = f"nobody decided within {self._approval_s:g} s"
+                return ev.ApprovalResolved(
+                    call.call_id, call.tool_name, Decision.TIMED_OUT, "", why
+                )
+            return ev.ApprovalResolved(
+                call.call_id, call.tool_name, answer.decision, call.answered_by, answer.text
+            )
+        if answer is None:
+            return ev.ClientToolAnswered(call.call_id, call.tool_name, True, "", True)
+        return ev.ClientToolAnswered(
+            call.call_id, call.tool_name, answer.is_error, call.answered_by, False
+        )
+
+    async def results(self, calls: Sequence[ToolCall]) -> dict[str, ToolResult]:
+        """The results of calls that do not run here: client tool calls (their answers, or an
+        error for invalid arguments or a timeout) and denied ones. Approved calls and calls
+        that never waited are not in it: they run."""
+        results: dict[str, ToolResult] = {}
+        for call in calls:
+            if call.name in self._client and (problem := self._invalid(call)):
+                results[call.id] = ToolResult(problem, is_error=True)
+        if not any(c.id not in results and self._may_wait(c) for c in calls):
+            return results
+        ids = {c.id for c in calls}
+        for pending in await self._store.pending_calls(self._run.id):
+            if pending.call_id in ids and pending.call_id not in results:
+                result = self._result(pending)
+                if result is not None:
+                    results[pending.call_id] = result
+        return results
+
+    def _may_wait(self, call: ToolCall) -> bool:
+        return call.name in self._client or self._needs_approval(call.name)
+
+    def _result(self, call: PendingCall) -> ToolResult | None:
+        answer = call.answer
+        if call.kind == WaitKind.CLIENT_TOOL:
+            if answer is None:
+                return ToolResult(
+                    f"tool {call.tool_name!r} timed out: the client sent no result within "
+                    f"{self._client_s:g} s",
+                    is_error=True,
+                )
+            return ToolResult(truncate(answer.text), answer.is_error)
+        if answer is not None and answer.decision is not None and answer.decision.allows:
+            return None
+        if answer is None or answer.decision is None:
+            why = f"nobody approved it within {self._approval_s:g} s"
+        else:
+            reason = answer.text or "no reason given"
+            why = f"{call.answered_by or 'the approver'} denied it: {reason}"
+        return ToolResult(f"the call of {call.tool_name!r} was not run: {why}", is_error=True)
