@@ -25,6 +25,9 @@ from behest.config import Settings
 from behest.store.sql.store import MIGRATIONS
 
 POSTGRES_URL = os.environ.get("BEHEST_TEST_POSTGRES_URL", "")
+# Set by .ci/run: there a missing PostgreSQL fails the PostgreSQL tests instead of skipping them.
+CI = bool(os.environ.get("BEHEST_CI"))
+NO_POSTGRES = "set BEHEST_TEST_POSTGRES_URL=postgresql+asyncpg://… to run against PostgreSQL"
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from behest._proto.agent.v1 import run_pb2 as pb
 from behest.config import Settings
 from tests.support import collect, create_request, kind, script, start_server, stop_server
 
@@ -51,3 +52,34 @@ async def test_an_mcp_server_that_fails_to_start_does_not_take_behest_down(
         assert kind(events[-1]) == "run_completed"
     finally:
         await stop_server(server)
+
+
+async def test_an_mcp_server_that_requires_approval_makes_its_calls_wait(tmp_path: Path) -> None:
+    config = settings_file(
+        tmp_path,
+        f'[mcp.servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n'
+        "requires_approval = true\n",
+    )
+    server = await start_server(Settings.load(config_file=str(config)))
+    try:
+        steps = script(
+            {"tool_calls": [{"name": "echo__add", "arguments": {"a": 2, "b": 40}}]},
+            {"say": "tool_results"},
+        )
+        stream = server.runs.CreateRunStream(create_request(steps, model="script"))
+        async for event in stream:
+            if kind(event) == "approval_requested":
+                break
+        assert event.approval_requested.call.name == "echo__add"
+        decision = pb.ApprovalAnswer(
+            call_id=event.approval_requested.call.id, decision=pb.APPROVAL_DECISION_ALLOW
+        )
+        await server.runs.SubmitApprovals(
+            pb.SubmitApprovalsRequest(run_id=event.run_id, approvals=[decision])
+        )
+        events = await collect(stream)
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert said == "echo__add: 42"

@@ -28,6 +28,7 @@ from tests.support import (
     script,
     server_process,
     start_server,
+    start_server_with_plugins,
     stop_server,
 )
 
@@ -489,3 +490,41 @@ async def test_only_approvers_of_the_runs_tenant_may_decide(guarded: Server) -> 
     after = [e async for e in stream]
     assert after[0].approval_resolved.decided_by == "alice"
     assert kind(after[-1]) == "run_completed"
+
+
+# --- which calls wait -------------------------------------------------------------------
+
+
+async def test_side_effects_and_tools_that_ask_for_it_wait_for_approvals(tmp_path: Path) -> None:
+    running = await start_server_with_plugins(fast_settings(tmp_path))
+    try:
+        calls = [
+            CALC,
+            {"name": "slow_unsafe", "arguments": {"seconds": 0}},
+            {"name": "guarded", "arguments": {"seconds": 0}},
+        ]
+        request = create_request(script({"tool_calls": calls}), model="script")
+        request.approve_side_effects = True
+        stream = running.runs.CreateRunStream(request)
+        before = await until(stream, "approval_requested")
+        second = await until(stream, "approval_requested")
+        waiting = [before[-1].approval_requested.call.name, second[-1].approval_requested.call.name]
+        assert waiting == ["slow_unsafe", "guarded"]  # calculator is read-only
+        pending = await running.runs.ListPendingCalls(
+            pb.ListPendingCallsRequest(run_id=before[-1].run_id)
+        )
+        assert [p.call.name for p in pending.calls] == waiting
+        stream.cancel()
+        plain = running.runs.CreateRunStream(
+            create_request(script({"tool_calls": calls[1:]}), model="script")
+        )
+        events = await until(plain, "approval_requested")
+        assert events[-1].approval_requested.call.name == "guarded"  # it asks by itself
+        assert "tool_execution_started" not in [kind(e) for e in events]
+        pending = await running.runs.ListPendingCalls(
+            pb.ListPendingCallsRequest(run_id=events[-1].run_id)
+        )
+        assert [p.call.name for p in pending.calls] == ["guarded"]
+        plain.cancel()
+    finally:
+        await stop_server(running)

@@ -31,6 +31,9 @@ INPUTS = [
         script({"tool_calls": [{"name": "current_time"}], "delay_ms": 2}, {"text": "done now"}),
     ),
     ("script", script({"text": "a b c", "error": "bad_request", "delay_ms": 3})),
+    # Slow enough that a cancel sent before its last event wins on any machine: without it,
+    # how often cancels win depends on how fast the machine runs the quick ones.
+    ("script", script({"text": " ".join(f"w{i}" for i in range(12)), "delay_ms": 20})),
 ]
 
 

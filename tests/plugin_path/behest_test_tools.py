@@ -81,4 +81,11 @@ def all_tools() -> list[Tool]:
         ),
         FunctionTool(name="not_text", description="Returns a number.", function=_not_text),
         FunctionTool(name="binary", description="Returns a NUL byte.", function=_binary),
+        FunctionTool(
+            name="guarded",
+            description="Sleeps; every call needs an approval first.",
+            parameters_schema=SECONDS,
+            function=_sleep,
+            requires_approval=True,
+        ),
     ]

@@ -12,22 +12,13 @@ session tests isolate themselves with fresh uuids, and tests of the single-row t
 
 from __future__ import annotations
 
-import asyncio
-import os
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from behest.store.sql.store import SqlStore
-
-POSTGRES_URL = os.environ.get("BEHEST_TEST_POSTGRES_URL", "")
-# Set by .ci/run: there a missing PostgreSQL fails the PostgreSQL tests instead of skipping them.
-CI = bool(os.environ.get("BEHEST_CI"))
-NO_POSTGRES = "set BEHEST_TEST_POSTGRES_URL=postgresql+asyncpg://… to run against PostgreSQL"
+from tests.support import CI, NO_POSTGRES, POSTGRES_URL
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -39,31 +30,6 @@ BACKENDS = [
 ]
 
 OpenStore = Callable[[], Awaitable[SqlStore]]
-
-
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the BEHEST_TEST_POSTGRES_URL server, dropped after the session."""
-    if not POSTGRES_URL:
-        pytest.fail(
-            f"BEHEST_CI is set but BEHEST_TEST_POSTGRES_URL is not: {NO_POSTGRES}", pytrace=False
-        )
-    server = make_url(POSTGRES_URL)
-    name = f"behest_test_{uuid.uuid4().hex[:12]}"
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-
-    async def execute(sql: str) -> None:
-        connection = await asyncpg.connect(admin)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(params=BACKENDS)

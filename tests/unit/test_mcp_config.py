@@ -71,6 +71,7 @@ def test_an_empty_section_gives_no_servers() -> None:
         ({"command": "x", "timeout_s": 0}, "timeout_s must be a positive number"),
         ({"command": "x", "timeout_s": "10"}, "timeout_s must be a positive number"),
         ({"command": "x", "timeout_s": True}, "timeout_s must be a positive number"),
+        ({"command": "x", "requires_approval": "yes"}, "requires_approval must be true or false"),
         ("npx", "expected a table"),
     ],
 )

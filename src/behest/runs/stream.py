@@ -29,9 +29,12 @@ async def follow(
     if not known and await _ended_at(store, event_log, run_id, after):
         return
     last = after
+    from_store = False
     while True:
         ticket = event_log.notifier.ticket(run_id)
-        events = event_log.recent.after(run_id, last)
+        # After a quiet spell the store is asked: the run may go on in another process (a
+        # waiting run taken up by another replica), which this one's tail knows nothing of.
+        events = None if from_store else event_log.recent.after(run_id, last)
         if events is None:
             events = await store.read_events(run_id, after=last, limit=PAGE)
         for event in events:
@@ -41,12 +44,14 @@ async def follow(
             last = event.sequence
             if event.is_terminal:
                 return
+        from_store = False
         if len(events) >= PAGE:
             continue
         if not events and not await event_log.notifier.wait(ticket, POLL_S):
             # Quiet for a while: the run may have ended in another process.
             if await _ended_at(store, event_log, run_id, last):
                 return
+            from_store = True
 
 
 async def _ended_at(store: Store, event_log: EventLog, run_id: str, cursor: int) -> bool:

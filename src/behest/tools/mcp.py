@@ -258,6 +258,7 @@ class _Server:
             read_only=read_only,
             concurrency_safe=read_only,
             idempotent=bool(hints and hints.idempotent_hint),
+            requires_approval=self.config.requires_approval,
         )
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:

@@ -10,7 +10,9 @@ from typing import Any
 from behest.tools.base import DEFAULT_TIMEOUT_S
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
-_KEYS = frozenset({"command", "args", "env", "cwd", "url", "headers", "timeout_s"})
+_KEYS = frozenset(
+    {"command", "args", "env", "cwd", "url", "headers", "timeout_s", "requires_approval"}
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class McpServerConfig:
     url: str = ""
     headers: dict[str, str] | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # Every call of the server's tools waits for an approval (SubmitApprovals).
+    requires_approval: bool = False
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -77,6 +81,9 @@ def _parse_server(name: str, entry: Any) -> McpServerConfig:
     timeout_s = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
         raise ValueError(f"{where}: timeout_s must be a positive number of seconds")
+    requires_approval = entry.get("requires_approval", False)
+    if not isinstance(requires_approval, bool):
+        raise ValueError(f"{where}: requires_approval must be true or false")
     return McpServerConfig(
         name=name,
         command=command,
@@ -86,6 +93,7 @@ def _parse_server(name: str, entry: Any) -> McpServerConfig:
         url=url,
         headers=_string_table(entry, "headers", where),
         timeout_s=float(timeout_s),
+        requires_approval=requires_approval,
     )
 
 
