@@ -1,4 +1,5 @@
-"""The `behest` command: serve, run and watch agent runs, list and inspect them; make tokens.
+"""The `behest` command: serve, run and watch agent runs, list and inspect them, answer the
+calls they wait for (cli_waits.py); make tokens.
 
 Exit codes: 0 the run completed (or the command succeeded), 1 the run failed or was
 cancelled, 2 an RPC or usage error, 130 interrupted (the run itself goes on in the server).
@@ -23,6 +24,7 @@ from typing import Any, NoReturn
 
 import grpc.aio
 
+from behest import cli_waits
 from behest._proto.agent.v1 import common_pb2, run_pb2
 from behest.client import BehestClient
 from behest.config import DEFAULT_LISTEN, Settings, is_loopback
@@ -94,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", default="echo")
     run.add_argument("--metadata", default="", help="a JSON object stored with the run")
     run.add_argument("--tool-choice", default="", help="auto, none or required")
+    cli_waits.add_run_options(run)
     run.set_defaults(func=_run)
 
     watch = commands.add_parser("watch", parents=[server], help="follow a run's events")
@@ -117,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("run_id")
         action.set_defaults(func=func)
 
+    cli_waits.add_commands(commands, server, _client)
     _token_commands(commands)
     return parser
 
@@ -189,9 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return EXIT_ERROR
-    except (ConnectionError, ClientSetupError) as exc:
+    except (ConnectionError, ClientSetupError, cli_waits.UsageError) as exc:
         # A stream that broke for good; an unreadable TLS file, a token gRPC cannot send (the
-        # client's messages never contain the token).
+        # client's messages never contain the token); an option's value that cannot be used.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
@@ -294,6 +298,12 @@ def _is_loopback(address: str) -> bool:
 
 
 def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
+    waits = cli_waits.wait_options(args)
+    # In a terminal approvals are asked for; otherwise shown with how to answer them.
+    interactive = cli_waits.is_terminal(sys.stdin)
+    printer.approval_hints = not interactive
+    approve = cli_waits.terminal_approver(sys.stdin, sys.stderr) if interactive else None
+
     async def go() -> int:
         async with _client(args) as client:
             events = client.stream_run(
@@ -303,6 +313,8 @@ def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
                 model=args.model,
                 metadata=args.metadata,
                 tool_choice=args.tool_choice,
+                approve=approve,
+                **waits,
             )
             return await _render_all(events, printer)
 

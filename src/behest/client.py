@@ -10,6 +10,11 @@ Credentials: `token` goes as `authorization: Bearer <token>` metadata on every c
 over TLS unless the server is on loopback: plaintext can be read on the way); `tls_ca` (root
 certificates, PEM) switches the channel to TLS, and `tls_cert` with `tls_key` add a client
 certificate (mTLS). The token is never part of what this module prints, logs or raises.
+
+Runs that wait (client_waits.py): `create_run` and `stream_run` take the run's waiting options;
+`submit_approvals`, `submit_tool_results` and `pending_calls` answer and list waiting calls.
+Given `approve` or client tool functions, `stream_run` and `watch` answer the waiting calls
+they cover themselves, each once and never one already decided, across reconnects.
 """
 
 from __future__ import annotations
@@ -18,15 +23,43 @@ import asyncio
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Unpack
 
 import grpc
 import grpc.aio
 
 from behest._proto.agent.v1 import common_pb2, run_pb2, run_pb2_grpc
+from behest.client_waits import (
+    Approval,
+    Approver,
+    Attendant,
+    ClientTool,
+    Decision,
+    ToolFunction,
+    WaitingCall,
+    WaitOptions,
+    approvals_request,
+    results_request,
+    tool_functions,
+    tool_specs,
+)
 from behest.domain import events
+
+__all__ = [
+    "AgentEvent",
+    "Approval",
+    "Approver",
+    "BehestClient",
+    "ClientTool",
+    "Decision",
+    "ToolFunction",
+    "WaitOptions",
+    "WaitingCall",
+    "is_terminal",
+]
 
 AgentEvent = run_pb2.AgentEvent
 TERMINAL_KINDS = events.TERMINAL_KINDS
@@ -129,18 +162,18 @@ class BehestClient:
         metadata: str = "",
         tool_choice: str = "",
         client_request_id: str = "",
+        **waits: Unpack[WaitOptions],
     ) -> tuple[str, str]:
-        """Create a run and return (run_id, session_id); retried on UNAVAILABLE, idempotently."""
+        """Create a run and return (run_id, session_id); retried on UNAVAILABLE, idempotently.
+
+        `waits`: the run's waiting options (WaitOptions: `client_tools`, name → ClientTool or
+        (description, JSON Schema); `approval_required_tools`; `approve_side_effects`;
+        `approval_timeout_s`; `client_tool_timeout_s`)."""
         request = _create_request(
-            input, session_id, provider, model, metadata, tool_choice, client_request_id
+            input, session_id, provider, model, metadata, tool_choice, client_request_id, waits
         )
-        attempt = 0
-        while True:
-            try:
-                response = await self.stub.CreateRun(request, metadata=self._call_metadata)
-                return response.run_id, response.session_id
-            except grpc.aio.AioRpcError as exc:
-                attempt = await self._backoff_or_raise(exc, attempt)
+        response = await self._unary(self.stub.CreateRun, request)
+        return response.run_id, response.session_id
 
     async def stream_run(
         self,
@@ -152,18 +185,39 @@ class BehestClient:
         metadata: str = "",
         tool_choice: str = "",
         client_request_id: str = "",
-    ) -> AsyncIterator[run_pb2.AgentEvent]:
-        """Create a run and yield its events to the terminal one, resuming after breaks."""
+        approve: Approver | None = None,
+        **waits: Unpack[WaitOptions],
+    ) -> AsyncGenerator[run_pb2.AgentEvent, None]:
+        """Create a run and yield its events to the terminal one, resuming after breaks.
+
+        The options are create_run's. With `approve`, or client tools given as
+        ClientTool(run=function), the waiting calls they cover are answered after their
+        request event is yielded (see client_waits.py)."""
         request = _create_request(
-            input, session_id, provider, model, metadata, tool_choice, client_request_id
+            input, session_id, provider, model, metadata, tool_choice, client_request_id, waits
         )
+        attendant = Attendant(self, approve, tool_functions(waits.get("client_tools", {})))
         async for event in self._follow(request, "", 0):
             yield event
+            await attendant.on_event(event)
 
-    async def watch(self, run_id: str, after: int = 0) -> AsyncIterator[run_pb2.AgentEvent]:
-        """Yield a run's events with sequence > `after` to the terminal one, resuming."""
+    async def watch(
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        approve: Approver | None = None,
+        client_tools: Mapping[str, ClientTool | ToolFunction] | None = None,
+    ) -> AsyncGenerator[run_pb2.AgentEvent, None]:
+        """Yield a run's events with sequence > `after` to the terminal one, resuming.
+
+        With `approve` or `client_tools` (name → function, or ClientTool(run=function)), the
+        waiting calls they cover are answered as in stream_run; calls decided before (a
+        replay) are not answered again."""
+        attendant = Attendant(self, approve, tool_functions(client_tools or {}))
         async for event in self._follow(None, run_id, after):
             yield event
+            await attendant.on_event(event)
 
     async def cancel(self, run_id: str) -> None:
         """Cancel an active run."""
@@ -196,6 +250,38 @@ class BehestClient:
         """Return what a finished run produced."""
         request = run_pb2.GetRunOutputRequest(run_id=run_id)
         return (await self.stub.GetRunOutput(request, metadata=self._call_metadata)).output
+
+    async def submit_approvals(
+        self, run_id: str, approvals: Mapping[str, Approval | Decision]
+    ) -> list[str]:
+        """Decide approval requests (call id → Approval or Decision), all or nothing; returns
+        the run's calls still waiting. Retried on UNAVAILABLE (the same answer again is
+        harmless); an unknown call is NOT_FOUND, one decided otherwise or expired
+        FAILED_PRECONDITION."""
+        request = approvals_request(run_id, approvals)
+        return list((await self._unary(self.stub.SubmitApprovals, request)).waiting_call_ids)
+
+    async def submit_tool_results(
+        self, run_id: str, results: Mapping[str, str | tuple[str, bool]]
+    ) -> list[str]:
+        """Send client tool results (call id → output, or (output, is_error)), all or nothing;
+        returns the run's calls still waiting. Retried and refused as submit_approvals."""
+        request = results_request(run_id, results)
+        return list((await self._unary(self.stub.SubmitToolResults, request)).waiting_call_ids)
+
+    async def pending_calls(self, run_id: str) -> list[run_pb2.PendingCall]:
+        """The run's calls that wait for an answer now, in the order the model made them."""
+        request = run_pb2.ListPendingCallsRequest(run_id=run_id)
+        return list((await self._unary(self.stub.ListPendingCalls, request)).calls)
+
+    async def _unary(self, method: Any, request: Any) -> Any:
+        """A unary call, retried on UNAVAILABLE with backoff (for idempotent requests)."""
+        attempt = 0
+        while True:
+            try:
+                return await method(request, metadata=self._call_metadata)
+            except grpc.aio.AioRpcError as exc:
+                attempt = await self._backoff_or_raise(exc, attempt)
 
     async def _follow(
         self, create: run_pb2.CreateRunRequest | None, run_id: str, after: int
@@ -295,6 +381,7 @@ def _create_request(
     metadata: str,
     tool_choice: str,
     client_request_id: str,
+    waits: WaitOptions,
 ) -> run_pb2.CreateRunRequest:
     return run_pb2.CreateRunRequest(
         session_id=session_id,
@@ -305,4 +392,9 @@ def _create_request(
         tool_choice=tool_choice,
         # Always sent, so that re-sending the create after a break is idempotent.
         client_request_id=client_request_id or str(uuid.uuid4()),
+        client_tools=tool_specs(waits.get("client_tools", {})),
+        approval_required_tools=list(waits.get("approval_required_tools", ())),
+        approve_side_effects=waits.get("approve_side_effects", False),
+        approval_timeout_s=waits.get("approval_timeout_s", 0),
+        client_tool_timeout_s=waits.get("client_tool_timeout_s", 0),
     )

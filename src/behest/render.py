@@ -18,11 +18,16 @@ EXIT_RUN_NOT_COMPLETED = 1
 
 
 class EventPrinter:
-    """Renders a run's events for a terminal: text inline, tools and outcome on their lines."""
+    """Renders a run's events for a terminal: text inline, tools and outcome on their lines.
 
-    def __init__(self, out: TextIO, err: TextIO) -> None:
+    A call the run waits for is shown with how to answer it (on `err`): `behest answer` for
+    a client tool, `behest approve` for an approval unless `approval_hints` is off (the
+    command asks at the terminal instead)."""
+
+    def __init__(self, out: TextIO, err: TextIO, *, approval_hints: bool = True) -> None:
         self.out = out
         self.err = err
+        self.approval_hints = approval_hints
         self.run_id = ""
         self.last_sequence = 0
         self.exit_code: int | None = None  # set by the terminal event
@@ -57,6 +62,13 @@ class EventPrinter:
             case "compaction_circuit_opened":
                 failures = event.compaction_circuit_opened.consecutive_failures
                 self._line(f"! compaction circuit opened after {failures} failures")
+            case (
+                "approval_requested"
+                | "approval_resolved"
+                | "client_tool_requested"
+                | "client_tool_answered"
+            ):
+                self._render_wait(event)
             case "run_completed":
                 completed = event.run_completed
                 reason = _reason(completed.finish_reason)
@@ -72,6 +84,46 @@ class EventPrinter:
                 # Bookkeeping events, and kinds newer than this CLI: nothing to show.
                 pass
 
+    def _render_wait(self, event: run_pb2.AgentEvent) -> None:
+        """The events of a run that waits: requests (with how to answer) and their answers."""
+        match event.WhichOneof("event"):
+            case "approval_requested":
+                request = event.approval_requested
+                call = request.call
+                self._line(
+                    f"? {call.name}({_shorten(call.arguments)}) waits for approval "
+                    f"(call {call.id}{_until(request.expires_at)})"
+                )
+                if self.approval_hints:
+                    self._hint(
+                        f"to decide: behest approve {event.run_id} {call.id} "
+                        "[--deny REASON] [--always]"
+                    )
+            case "approval_resolved":
+                self._line(_resolution(event.approval_resolved))
+            case "client_tool_requested":
+                asked = event.client_tool_requested
+                call = asked.call
+                self._line(
+                    f"? {call.name}({_shorten(call.arguments)}) waits for the client's result "
+                    f"(call {call.id}{_until(asked.expires_at)})"
+                )
+                self._hint(
+                    f"the client runs it and answers: behest answer {event.run_id} {call.id} "
+                    "--output TEXT [--error]"
+                )
+            case "client_tool_answered":
+                answered = event.client_tool_answered
+                if answered.timed_out:
+                    self._line(f"← {answered.tool_name} timed out: the client sent no result")
+                else:
+                    how = " with an error" if answered.is_error else ""
+                    self._line(f"← {answered.tool_name} answered{how}{_by(answered.answered_by)}")
+
+    def _hint(self, text: str) -> None:
+        print(f"  {text}", file=self.err)
+        self.err.flush()
+
     def _write(self, text: str) -> None:
         if text:
             self.out.write(text)
@@ -80,6 +132,22 @@ class EventPrinter:
 
     def _line(self, text: str) -> None:
         self._write(("" if self._at_line_start else "\n") + text + "\n")
+
+
+def format_pending(calls: Sequence[run_pb2.PendingCall]) -> str:
+    """A table of the calls a run waits for, one line each."""
+    rows = [("CALL", "WAITS FOR", "TOOL", "EXPIRES", "ARGUMENTS")]
+    rows += [
+        (
+            c.call.id,
+            _kind(c.kind),
+            c.call.name,
+            _time(c.expires_at),
+            _shorten(c.call.arguments),
+        )
+        for c in calls
+    ]
+    return _table(rows)
 
 
 def format_runs(runs: Sequence[run_pb2.RunRecord]) -> str:
@@ -95,6 +163,11 @@ def format_runs(runs: Sequence[run_pb2.RunRecord]) -> str:
         )
         for r in runs
     ]
+    return _table(rows)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    """Aligned columns; the last one is not padded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
@@ -113,7 +186,17 @@ def format_run(run: run_pb2.RunRecord) -> str:
         ("created", _time(run.created_at)),
         ("updated", _time(run.updated_at)),
     ]
-    return "\n".join(f"{name:<9} {value}" for name, value in fields)
+    if run.client_tools:
+        fields.append(("client tools", ", ".join(t.name for t in run.client_tools)))
+    if run.approval_required_tools:
+        fields.append(("approvals", ", ".join(run.approval_required_tools)))
+    if run.approve_side_effects:
+        fields.append(("approvals", "every tool not marked read-only"))
+    width = max(9, *(len(name) for name, _ in fields))
+    text = "\n".join(f"{name:<{width}} {value}" for name, value in fields)
+    if run.status == common_pb2.RUN_STATUS_WAITING_FOR_INPUT:
+        text += f"\n\nthe run waits for answers; see them with: behest pending {run.id}"
+    return text
 
 
 def format_output(output: run_pb2.RunOutput) -> str:
@@ -144,6 +227,40 @@ def status_name(value: common_pb2.RunStatus.ValueType) -> str:
         return common_pb2.RunStatus.Name(value).removeprefix("RUN_STATUS_").lower()
     except ValueError:
         return str(value)  # a value newer than this CLI
+
+
+def _kind(value: run_pb2.PendingCallKind.ValueType) -> str:
+    if value == run_pb2.PENDING_CALL_KIND_APPROVAL:
+        return "approval"
+    if value == run_pb2.PENDING_CALL_KIND_CLIENT_TOOL:
+        return "client result"
+    return str(value)  # a kind newer than this CLI
+
+
+_DECISIONS = {
+    run_pb2.APPROVAL_DECISION_ALLOW: "allowed",
+    run_pb2.APPROVAL_DECISION_ALLOW_ALWAYS: "allowed for the rest of the session",
+    run_pb2.APPROVAL_DECISION_DENY: "denied",
+}
+
+
+def _resolution(resolved: run_pb2.ApprovalResolvedEvent) -> str:
+    """How an approval request was decided, as a line."""
+    decision = resolved.decision
+    if decision == run_pb2.APPROVAL_DECISION_TIMED_OUT:
+        return f"✗ {resolved.tool_name} denied: nobody decided in time"
+    allowed = decision in (run_pb2.APPROVAL_DECISION_ALLOW, run_pb2.APPROVAL_DECISION_ALLOW_ALWAYS)
+    how = _DECISIONS.get(decision, f"decided ({decision})")
+    why = f": {resolved.reason}" if resolved.reason and not allowed else ""
+    return f"{'✓' if allowed else '✗'} {resolved.tool_name} {how}{_by(resolved.decided_by)}{why}"
+
+
+def _by(principal: str) -> str:
+    return f" by {principal}" if principal else ""
+
+
+def _until(ts: Timestamp) -> str:
+    return f", until {_time(ts)}" if ts.seconds or ts.nanos else ""
 
 
 def _reason(value: common_pb2.FinishReason.ValueType) -> str:

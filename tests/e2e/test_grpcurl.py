@@ -2,10 +2,12 @@
 
 Each ```sh block of the doc is one grpcurl command. A recipe is known by its target (what
 follows the address: `list`, `describe X`, or `pkg.Service/Method`, plus the `service` of a
-health check). Each test declares the recipes it runs with `@runs(...)`; a test checks that the
-declared recipes are exactly the doc's, and a fixture checks that each test ran what it declared,
-so the doc and these tests cannot drift apart. The address is replaced by the test server's,
-`RUN_ID` by a run the test made, and `input` by a unique one.
+health check and the names of the waiting options a CreateRun sets). Each test declares the
+recipes it runs with `@runs(...)`; a test checks that the declared recipes are exactly the
+doc's, and a fixture checks that each test ran what it declared, so the doc and these tests
+cannot drift apart. The address is replaced by the test server's, `RUN_ID` by a run the test
+made, `CALL_ID` by one of its waiting calls, and `input` by a unique one (except where the
+doc's script is the point).
 
 Recipes with `-cacert ca.crt` instead of `-plaintext` run against a TLS server started for
 them (certificates made by tests/certs.py): with `-cert client.crt -key client.key` one that
@@ -27,6 +29,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,7 +69,20 @@ RUN_RPCS = (
     "GetRunOutput",
     "CancelRun",
     "WatchRunEvents",
+    "SubmitApprovals",
+    "SubmitToolResults",
+    "ListPendingCalls",
 )
+# CreateRun fields that make a run wait, which name their recipes.
+WAIT_OPTIONS = ("approval_required_tools", "client_tools")
+WAIT_EVENTS = (
+    "approval_requested",
+    "approval_resolved",
+    "client_tool_requested",
+    "client_tool_answered",
+)
+
+CALCULATOR = {"name": "calculator", "arguments": {"expression": "2+2"}}
 
 # FailedPrecondition, NotFound, OutOfRange: grpcurl exits with 64 + the gRPC code.
 EXIT_FAILED_PRECONDITION = 64 + 9
@@ -114,6 +130,8 @@ def parse_recipe(block: str) -> Recipe:
     key = " ".join([*prefix, *target])
     if data and "service" in data:
         key += f" {data['service']}"
+    # Recipes of one RPC told apart by the waiting options they show.
+    key += "".join(f" {name}" for name in WAIT_OPTIONS if data and name in data)
     return Recipe(key=key, argv=tuple(argv), data=data, source=lines[0], security=security)
 
 
@@ -260,6 +278,7 @@ class Recipes:
         key: str,
         *,
         run_id: str = "",
+        call_id: str = "",
         token: str = "",
         client: Pem | None = None,
         **data: Any,
@@ -290,6 +309,9 @@ class Recipes:
         if "RUN_ID" in " ".join(argv):
             assert run_id, f"recipe {key!r} needs a run id"
             argv = [a.replace("RUN_ID", run_id) for a in argv]
+        if "CALL_ID" in " ".join(argv):
+            assert call_id, f"recipe {key!r} needs a call id"
+            argv = [a.replace("CALL_ID", call_id) for a in argv]
         self.ran.add(key)
         return await grpcurl(argv)
 
@@ -467,7 +489,7 @@ async def test_describe_shows_the_rpcs_and_the_event(recipes: Recipes) -> None:
     assert "agent.v1.AgentEvent is a message" in event.stdout
     assert "uint64 sequence = 1;" in event.stdout
     assert "oneof event" in event.stdout
-    for name in ("run_started", "text_delta", *sorted(TERMINAL)):
+    for name in ("run_started", "text_delta", *sorted(TERMINAL), *WAIT_EVENTS):
         assert re.search(rf"\b{name} = \d+;", event.stdout), name
 
 
@@ -634,6 +656,145 @@ async def test_cancel_of_a_live_run_ends_it_with_run_cancelled(recipes: Recipes)
 
     got = await recipes.run("agent.v1.RunService/GetRun", run_id=run_id)
     assert field(field(got.json(), "run"), "status") == "RUN_STATUS_CANCELLED"
+
+
+# --- runs that wait ---------------------------------------------------------------------------
+
+APPROVAL_RECIPE = "agent.v1.RunService/CreateRun approval_required_tools"
+CLIENT_TOOL_RECIPE = "agent.v1.RunService/CreateRun client_tools"
+
+
+async def waiting_run(recipes: Recipes, key: str, **data: Any) -> str:
+    """Create a run with recipe `key` and wait until it waits; its id."""
+    created = await recipes.run(key, **data)
+    assert created.code == 0, created.stderr
+    run_id: str = field(created.json(), "run_id")
+    watch = recipes.server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
+    async for event in watch:
+        if kind(event) in ("approval_requested", "client_tool_requested"):
+            watch.cancel()
+            return run_id
+    raise AssertionError(f"run {run_id} ended without waiting")
+
+
+def text_of(events: list[pb.AgentEvent]) -> str:
+    return "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+
+
+@runs(
+    APPROVAL_RECIPE,
+    "agent.v1.RunService/ListPendingCalls",
+    "agent.v1.RunService/SubmitApprovals",
+    "agent.v1.RunService/GetRun",
+)
+async def test_a_run_that_waits_for_an_approval_goes_on_once_allowed(recipes: Recipes) -> None:
+    run_id = await waiting_run(recipes, APPROVAL_RECIPE)
+    got = await recipes.run("agent.v1.RunService/GetRun", run_id=run_id)
+    run = field(got.json(), "run")
+    assert field(run, "status") == "RUN_STATUS_WAITING_FOR_INPUT"
+    assert field(run, "approval_required_tools") == ["calculator"]
+
+    pending = await recipes.run("agent.v1.RunService/ListPendingCalls", run_id=run_id)
+    assert pending.code == 0, pending.stderr
+    [waiting] = field(pending.json(), "calls")
+    assert field(waiting, "call") == {
+        "id": "call_1_1",
+        "name": "calculator",
+        "arguments": '{"expression": "2+2"}',
+    }
+    assert field(waiting, "kind") == "PENDING_CALL_KIND_APPROVAL"
+    requested, expires = (field(waiting, name) for name in ("requested_at", "expires_at"))
+    assert datetime.fromisoformat(requested) < datetime.fromisoformat(expires)
+
+    allowed = await recipes.run(
+        "agent.v1.RunService/SubmitApprovals", run_id=run_id, call_id="call_1_1"
+    )
+    assert allowed.code == 0, allowed.stderr
+    assert allowed.json() == {}
+    events = await finished(recipes.server, run_id)
+    assert kind(events[-1]) == "run_completed"
+    [resolved] = [e.approval_resolved for e in events if kind(e) == "approval_resolved"]
+    assert resolved.decision == pb.APPROVAL_DECISION_ALLOW
+    assert "tool_execution_finished" in [kind(e) for e in events]
+    assert text_of(events) == "done"
+
+    after = await recipes.run("agent.v1.RunService/ListPendingCalls", run_id=run_id)
+    assert after.code == 0, after.stderr
+    assert after.json() == {}
+
+
+@runs(APPROVAL_RECIPE, "agent.v1.RunService/SubmitApprovals")
+async def test_submit_approvals_denies_with_a_reason_and_refuses_unknown_or_changed_answers(
+    recipes: Recipes,
+) -> None:
+    says_results = script({"tool_calls": [CALCULATOR]}, {"say": "tool_results"})
+    run_id = await waiting_run(recipes, APPROVAL_RECIPE, input=says_results)
+    unknown = await recipes.run(
+        "agent.v1.RunService/SubmitApprovals", run_id=run_id, call_id="call_9_9"
+    )
+    assert unknown.code == EXIT_NOT_FOUND, unknown.stderr
+    assert unknown.error() == ("NotFound", f"run {run_id} has no approval request 'call_9_9'")
+
+    deny = {"call_id": "call_1_1", "decision": "APPROVAL_DECISION_DENY", "reason": "not now"}
+    denied = await recipes.run(
+        "agent.v1.RunService/SubmitApprovals", run_id=run_id, approvals=[deny]
+    )
+    assert denied.code == 0, denied.stderr
+    events = await finished(recipes.server, run_id)
+    assert kind(events[-1]) == "run_completed"
+    said = text_of(events)
+    assert said.startswith("calculator: error: ") and "not now" in said
+
+    changed = await recipes.run(
+        "agent.v1.RunService/SubmitApprovals", run_id=run_id, call_id="call_1_1"
+    )
+    assert changed.code == EXIT_FAILED_PRECONDITION, changed.stderr
+    assert changed.error()[0] == "FailedPrecondition"
+
+
+@runs(
+    CLIENT_TOOL_RECIPE,
+    "agent.v1.RunService/ListPendingCalls",
+    "agent.v1.RunService/SubmitToolResults",
+)
+async def test_a_run_that_waits_for_a_client_tool_goes_on_with_its_result(
+    recipes: Recipes,
+) -> None:
+    run_id = await waiting_run(recipes, CLIENT_TOOL_RECIPE)
+    pending = await recipes.run("agent.v1.RunService/ListPendingCalls", run_id=run_id)
+    assert pending.code == 0, pending.stderr
+    [waiting] = field(pending.json(), "calls")
+    assert field(field(waiting, "call"), "name") == "lookup"
+    assert field(waiting, "kind") == "PENDING_CALL_KIND_CLIENT_TOOL"
+    call_id = field(field(waiting, "call"), "id")
+
+    answered = await recipes.run(
+        "agent.v1.RunService/SubmitToolResults", run_id=run_id, call_id=call_id
+    )
+    assert answered.code == 0, answered.stderr
+    assert answered.json() == {}
+    events = await finished(recipes.server, run_id)
+    assert kind(events[-1]) == "run_completed"
+    [done] = [e.client_tool_answered for e in events if kind(e) == "client_tool_answered"]
+    assert (done.tool_name, done.is_error, done.timed_out) == ("lookup", False, False)
+    assert text_of(events) == "done"
+
+
+@runs(CLIENT_TOOL_RECIPE, "agent.v1.RunService/SubmitToolResults")
+async def test_the_client_tools_result_is_what_the_model_sees(recipes: Recipes) -> None:
+    lookup = {"name": "lookup", "arguments": {"word": "behest"}}
+    says_results = script({"tool_calls": [lookup]}, {"say": "tool_results"})
+    run_id = await waiting_run(recipes, CLIENT_TOOL_RECIPE, input=says_results)
+    recipe = recipes.by_key["agent.v1.RunService/SubmitToolResults"]
+    assert recipe.data is not None
+    output = recipe.data["results"][0]["output"]
+
+    answered = await recipes.run(
+        "agent.v1.RunService/SubmitToolResults", run_id=run_id, call_id="call_1_1"
+    )
+    assert answered.code == 0, answered.stderr
+    events = await finished(recipes.server, run_id)
+    assert text_of(events) == f"lookup: {output}"
 
 
 # --- compaction and snapshots ---------------------------------------------------------------

@@ -196,6 +196,8 @@ async def test_answering_twice_is_harmless_and_a_different_answer_is_refused(
     assert kinds.count("approval_resolved") == 1
     assert kinds.count("tool_execution_started") == 1
     assert kinds[-1] == "run_completed"
+    retried = await server.runs.SubmitApprovals(allow(run_id, call_id))  # a lost reply's retry
+    assert list(retried.waiting_call_ids) == []
 
 
 async def test_bad_answers_are_invalid_and_write_nothing(server: Server) -> None:

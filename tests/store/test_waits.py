@@ -292,6 +292,16 @@ async def test_an_ended_run_takes_no_answers(store: SqlStore) -> None:
     assert await answers(store, run) == {"a": None}
 
 
+async def test_an_ended_run_takes_a_repeat_of_the_answers_it_had(store: SqlStore) -> None:
+    run, _ = await waiting_run(store, ("a", APPROVAL), ("b", APPROVAL))
+    await submit(store, run, allow("a"))
+    await finish(store, run.id, RunStatus.COMPLETED)
+
+    assert (await submit(store, run, allow("a"))).waiting_call_ids == ()
+    with pytest.raises(FailedPrecondition, match="already ended COMPLETED"):
+        await submit(store, run, allow("a"), allow("b"))
+
+
 async def test_one_call_answered_twice_in_a_request(store: SqlStore) -> None:
     run, _ = await waiting_run(store, ("a1", APPROVAL), ("a2", APPROVAL))
 

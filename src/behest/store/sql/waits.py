@@ -101,12 +101,14 @@ def submit_answers(
     status = conn.execute(_LOCK_RUN, {"b_run": run_id}).scalar()
     if status is None:
         raise NotFound(f"run {run_id} not found")
+    calls = [rows.pending_call_from_row(r) for r in conn.execute(_LOCK_CALLS, {"b_run": run_id})]
+    by_id = {call.call_id: call for call in calls}
     if RunStatus(status).is_terminal:
+        if all(_repeats(by_id.get(a.call_id), a, kind) for a in answers):
+            return Submitted(waiting_call_ids=())  # a retry of answers it took: harmless
         raise FailedPrecondition(
             f"run {run_id} already ended {RunStatus(status).name}; its calls take no answers"
         )
-    calls = [rows.pending_call_from_row(r) for r in conn.execute(_LOCK_CALLS, {"b_run": run_id})]
-    by_id = {call.call_id: call for call in calls}
     new = [a for a in answers if _is_new(run_id, by_id.get(a.call_id), a, kind=kind, now=now)]
     if new:
         conn.execute(_ANSWER, [_answer_params(run_id, a, by=by, now=now) for a in new])
@@ -140,6 +142,16 @@ def _is_new(
             f"call {name} expired at {call.expires_at.isoformat()}; it was treated as timed out"
         )
     return True
+
+
+def _repeats(call: PendingCall | None, answer: Answer, kind: WaitKind) -> bool:
+    """Whether `answer` is the one the call has already."""
+    return (
+        call is not None
+        and call.kind == kind
+        and call.answer is not None
+        and call.answer.same_as(answer)
+    )
 
 
 def _how(answer: Answer) -> str:
