@@ -16,10 +16,11 @@ from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.events.log import EventLog
 from behest.providers.factory import build_registry
+from behest.runs.budget import DailyCaps
 from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
-from behest.runs.loop import LoopLimits
+from behest.runs.loop import LoopLimits, SpendLimits
 from behest.runs.operations import Operations
 from behest.runs.waiting import WaitPolicy
 from behest.store.sql.store import SqlStore
@@ -101,6 +102,7 @@ class App:
                 ),
             ),
             compaction_settings=compaction,
+            spend_limits=self._spend_limits,
         )
         return Executor(
             store=self.store,
@@ -112,6 +114,11 @@ class App:
             lease_s=settings.run_lease_s,
             resume_runs=settings.resume_runs,
         )
+
+    def _spend_limits(self, tenant: str) -> SpendLimits:
+        limits = self.tenancy.limits(tenant)
+        daily = DailyCaps(max_tokens=limits.daily_max_tokens, max_cost=limits.daily_max_cost)
+        return SpendLimits(run_budget=limits.run_budget, daily=daily)
 
     @property
     def port(self) -> int:

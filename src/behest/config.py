@@ -14,11 +14,13 @@ import ipaddress
 import os
 import socket
 import tomllib
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -107,6 +109,25 @@ class TlsSettings(BaseModel):
         return bool(self.cert_file)
 
 
+def _amount(value: object) -> str:
+    """A decimal amount of money, as a string (never a float): "" or a finite one >= 0."""
+    if not isinstance(value, str):
+        raise ValueError('amounts are decimal strings, e.g. "0.50", never numbers')
+    if value:
+        try:
+            amount = Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"{value!r} is not a decimal amount") from None
+        if not amount.is_finite() or amount < 0 or amount > MAX_AMOUNT:
+            raise ValueError(f"{value!r} must be between 0 and {MAX_AMOUNT}")
+    return value
+
+
+# Money in settings: a decimal string; "" means none.
+Amount = Annotated[str, BeforeValidator(_amount)]
+MAX_AMOUNT = Decimal(1_000_000_000)
+
+
 class TenantLimits(BaseModel):
     """One tenant's admission limits: `[tenants.NAME]`; unset ones take the server's."""
 
@@ -118,6 +139,14 @@ class TenantLimits(BaseModel):
     max_request_bytes: int | None = Field(default=None, ge=1)
     max_input_bytes: int | None = Field(default=None, ge=1)
     max_metadata_bytes: int | None = Field(default=None, ge=1)
+    # Budgets: each run's defaults (a run's own budget overrides them), and daily caps over
+    # all the tenant's runs (UTC days); unset: the server's.
+    run_max_tokens: int | None = Field(default=None, ge=0)
+    run_max_tool_calls: int | None = Field(default=None, ge=0)
+    run_max_wall_seconds: int | None = Field(default=None, ge=0)
+    run_max_cost: Amount | None = None
+    daily_max_tokens: int | None = Field(default=None, ge=0)
+    daily_max_cost: Amount | None = None
 
 
 # The settings file of the Settings.load under way (pydantic-settings builds sources per class).
@@ -178,6 +207,14 @@ class Settings(BaseSettings):
     tool_concurrency: int = Field(default=4, ge=1)
     read_file_root: str = ""
     load_tool_plugins: bool = True
+    # Budgets (per tenant too, in [tenants.NAME]): each run's default limits (a run's own
+    # budget overrides them; 0 or "": none) and daily caps over all of a tenant's runs.
+    run_max_tokens: int = Field(default=0, ge=0)
+    run_max_tool_calls: int = Field(default=0, ge=0)
+    run_max_wall_seconds: int = Field(default=0, ge=0)
+    run_max_cost: Amount = ""
+    daily_max_tokens: int = Field(default=0, ge=0)
+    daily_max_cost: Amount = ""
     # Runs that wait (SubmitApprovals, SubmitToolResults): tools whose every call needs an
     # approval (built-ins, plugins and MCP tools by the name the model sees), and how long an
     # approval or a client tool call waits by default before it is denied or errs. A run may

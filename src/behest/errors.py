@@ -7,6 +7,7 @@ BehestError
 ├── NotFound                 unknown run, session, snapshot
 ├── AlreadyExists            client_request_id reused with a different request
 ├── FailedPrecondition       operation not valid in the current state
+│   └── RunStopped               a run cannot go on; its FailureCode says why
 ├── Aborted                  conflict with concurrent work (session busy)
 ├── OutOfRange               cursor past the end of a finished run
 ├── ResourceExhausted        a configured limit is reached
@@ -14,11 +15,16 @@ BehestError
 ├── DeadlineExceeded         an answer behest waits for did not come in time
 └── ProviderError            a model provider failed (carried into RunFailed)
     ├── TransientProviderError   retried: 429, 5xx, timeouts, resets
+    │   └── RateLimited              429, or a spent quota
     ├── ContextOverflowError     the context did not fit the model
-    └── PermanentProviderError   not retried: auth, bad request
+    └── PermanentProviderError   not retried: bad request
+        ├── ProviderAuthError        the provider refused behest's credentials
+        └── QuotaExhausted           the provider's quota or spend limit is used up
 """
 
 from __future__ import annotations
+
+from behest.domain.spend import FailureCode
 
 
 class BehestError(Exception):
@@ -47,6 +53,14 @@ class AlreadyExists(BehestError):
 
 class FailedPrecondition(BehestError):
     pass
+
+
+class RunStopped(FailedPrecondition):
+    """A run cannot go on (max iterations, a doom loop, a budget…); `code` says why."""
+
+    def __init__(self, message: str, code: FailureCode) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Aborted(BehestError):
@@ -85,11 +99,23 @@ class TransientProviderError(ProviderError):
         self.retry_after = retry_after
 
 
+class RateLimited(TransientProviderError):
+    pass
+
+
 class ContextOverflowError(ProviderError):
     pass
 
 
 class PermanentProviderError(ProviderError):
+    pass
+
+
+class ProviderAuthError(PermanentProviderError):
+    pass
+
+
+class QuotaExhausted(PermanentProviderError):
     pass
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TypeVar
 
 from behest.config import Settings, TenantLimits
+from behest.domain.spend import RunBudget
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +22,10 @@ class Limits:
     max_request_bytes: int
     max_input_bytes: int
     max_metadata_bytes: int
+    # Each run's default budget, and the caps over all the tenant's runs of a UTC day.
+    run_budget: RunBudget = field(default_factory=RunBudget)
+    daily_max_tokens: int = 0
+    daily_max_cost: Decimal | None = None
 
 
 class Tenancy:
@@ -45,4 +54,21 @@ class Tenancy:
             max_request_bytes=min(request_bytes, s.max_receive_message_bytes),
             max_input_bytes=own.max_input_bytes or s.max_input_bytes,
             max_metadata_bytes=own.max_metadata_bytes or s.max_metadata_bytes,
+            run_budget=RunBudget(
+                max_tokens=_own(own.run_max_tokens, s.run_max_tokens),
+                max_tool_calls=_own(own.run_max_tool_calls, s.run_max_tool_calls),
+                max_wall_seconds=_own(own.run_max_wall_seconds, s.run_max_wall_seconds),
+                max_cost=_decimal(_own(own.run_max_cost, s.run_max_cost)),
+            ),
+            daily_max_tokens=_own(own.daily_max_tokens, s.daily_max_tokens),
+            daily_max_cost=_decimal(_own(own.daily_max_cost, s.daily_max_cost)),
         )
+
+
+def _own(value: T | None, server: T) -> T:
+    """The tenant's value where it set one, else the server's."""
+    return server if value is None else value
+
+
+def _decimal(value: str) -> Decimal | None:
+    return Decimal(value) if value else None

@@ -29,7 +29,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,7 +60,12 @@ TIMEOUT_S = 30.0
 
 TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
 ENVELOPE = {"sequence", "run_id", "timestamp", "trace_id", "span_id"}
-AGENT_SERVICES = ("agent.v1.RunService", "agent.v1.CompactionService", "agent.v1.SnapshotService")
+AGENT_SERVICES = (
+    "agent.v1.RunService",
+    "agent.v1.CompactionService",
+    "agent.v1.SnapshotService",
+    "agent.v1.UsageService",
+)
 RUN_RPCS = (
     "CreateRun",
     "CreateRunStream",
@@ -652,10 +657,26 @@ async def test_cancel_of_a_live_run_ends_it_with_run_cancelled(recipes: Recipes)
     assert result.json() == {"status": "RUN_STATUS_CANCELLED"}
     events = await asyncio.wait_for(watch, TIMEOUT_S)
     assert kind(events[-1]) == "run_cancelled"
+    assert events[-1].run_cancelled.reason == "not needed any more"
     assert [kind(e) for e in events].count("run_cancelled") == 1
 
     got = await recipes.run("agent.v1.RunService/GetRun", run_id=run_id)
     assert field(field(got.json(), "run"), "status") == "RUN_STATUS_CANCELLED"
+
+
+@runs("agent.v1.UsageService/GetUsage")
+async def test_usage_totals_todays_runs(recipes: Recipes) -> None:
+    events = await collect(recipes.server.runs.CreateRunStream(create_request("count me")))
+    assert kind(events[-1]) == "run_completed"
+    today = datetime.now(UTC).date().isoformat()
+    result = await recipes.run("agent.v1.UsageService/GetUsage", from_day=today, to_day=today)
+    assert result.code == 0, result.stderr
+    days = field(result.json(), "days")
+    assert [field(d, "day") for d in days] == [today]
+    assert int(field(days[0], "runs")) >= 1
+    assert int(field(field(result.json(), "total_usage"), "total_tokens")) > 0
+    bad = await recipes.run("agent.v1.UsageService/GetUsage", from_day="someday", to_day=today)
+    assert bad.code == 64 + 3, bad.stderr  # INVALID_ARGUMENT
 
 
 # --- runs that wait ---------------------------------------------------------------------------

@@ -16,9 +16,11 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from tests.fakes.anthropic_fake import (
     FakeAnthropic,
     error_reply,
+    message_end,
     message_start,
     sse_event,
     stream_error_reply,
+    text_block,
     text_reply,
     tool_reply,
 )
@@ -118,6 +120,44 @@ async def test_a_text_answer_streams_the_documented_events(
     assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (21, 9, 30)
     assert events[-1].run_completed.finish_reason == c.FINISH_REASON_STOP
     assert events[-1].run_completed.iterations == 1
+
+
+async def test_cache_reads_and_writes_are_reported_apart_from_input_tokens(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.push(
+        text_reply("Cached", input_tokens=12, output_tokens=4, cache_read=2048, cache_write=300)
+    )
+    # message_delta's cumulative counts replace message_start's (here, after a server tool).
+    final = {"input_tokens": 30, "cache_read_input_tokens": 2100}
+    fake.push(
+        Reply(
+            events=(
+                message_start(12, cache_read=2048, cache_write=300),
+                *text_block(0, ["Again"]),
+                *message_end("end_turn", 6, **final),
+            )
+        )
+    )
+    first = await run(server, "hello")
+    second = await run(server, "hello again")
+    usages = [e.usage_recorded.usage for e in first + second if kind(e) == "usage_recorded"]
+    assert usages == [
+        c.TokenUsage(
+            input_tokens=12,
+            output_tokens=4,
+            cached_input_tokens=2048,
+            cache_write_tokens=300,
+            total_tokens=12 + 4 + 2048 + 300,
+        ),
+        c.TokenUsage(
+            input_tokens=30,
+            output_tokens=6,
+            cached_input_tokens=2100,
+            cache_write_tokens=300,
+            total_tokens=30 + 6 + 2100 + 300,
+        ),
+    ]
 
 
 async def test_two_tool_calls_with_fragmented_input_run_and_return_their_results(

@@ -122,6 +122,17 @@ async def test_a_text_answer_streams_as_the_documented_events(
     assert len(fake.requests) == 1
 
 
+async def test_cached_prompt_tokens_are_reported_apart_from_input_tokens(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    # prompt_tokens (2006) includes the 1920 read from OpenAI's prompt cache.
+    fake.push(text("Cached.", usage=(2006, 3), cached=1920))
+    events = await run(server)
+    assert [e.usage_recorded.usage for e in events if e.HasField("usage_recorded")] == [
+        c.TokenUsage(input_tokens=86, output_tokens=3, cached_input_tokens=1920, total_tokens=2009)
+    ]
+
+
 async def test_two_parallel_tool_calls_run_and_their_results_go_back_as_tool_messages(
     server: Server, fake: FakeOpenAI
 ) -> None:

@@ -75,6 +75,7 @@ async def test_a_non_idempotent_tool_cut_by_a_shutdown_fails_the_run_naming_it(
         await stop_server(second)
     assert kind(events[-1]) == "run_failed"
     assert "slow_unsafe" in events[-1].run_failed.error
+    assert events[-1].run_failed.code == pb.FAILURE_CODE_TOOL_OUTCOME_UNKNOWN
     assert [kind(e) for e in events].count("tool_execution_started") == 1
 
 
@@ -91,6 +92,7 @@ async def test_an_interrupted_run_waits_in_list_snapshots_until_abandoned(tmp_pa
         events = await events_of(second, run_id)
         assert kind(events[-1]) == "run_failed"
         assert "abandoned" in events[-1].run_failed.error
+        assert events[-1].run_failed.code == pb.FAILURE_CODE_ABANDONED
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await second.snapshots.DeleteSnapshot(pb.DeleteSnapshotRequest(run_id=run_id))
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -104,9 +106,15 @@ async def test_an_interrupted_run_can_be_cancelled(tmp_path: Path) -> None:
     run_id = await interrupt_during_tool(first, steps)
     second = await start_server_with_plugins(fast_settings(tmp_path, resume_runs=False))
     try:
-        await second.runs.CancelRun(pb.CancelRunRequest(run_id=run_id))
+        await second.runs.CancelRun(pb.CancelRunRequest(run_id=run_id, reason="stale"))
         events = await events_of(second, run_id)
         assert kind(events[-1]) == "run_cancelled"
+        cancelled = events[-1].run_cancelled
+        assert (cancelled.cancelled_by, cancelled.reason, cancelled.source) == (
+            "anonymous",
+            "stale",
+            pb.CANCEL_SOURCE_CALLER,
+        )
         listed = await second.snapshots.ListSnapshots(pb.ListSnapshotsRequest())
         assert list(listed.snapshots) == []
     finally:

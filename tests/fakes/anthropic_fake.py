@@ -1,9 +1,11 @@
 """A scripted fake of Anthropic's Messages API (`POST /v1/messages`), on the shared SSE server.
 
 Streams speak the wire format of Anthropic's streaming reference: chunked `text/event-stream`
-with `event: <type>` and `data: <json>` lines: message_start (a message object with usage),
+with `event: <type>` and `data: <json>` lines: message_start (a message object with usage:
+input_tokens, cache_read_input_tokens and cache_creation_input_tokens, three disjoint counts),
 content_block_start / content_block_delta (text_delta, input_json_delta) / content_block_stop,
-message_delta (stop_reason, usage.output_tokens), message_stop, ping, and error events.
+message_delta (stop_reason, usage.output_tokens and, optionally, the other counts, which are
+cumulative), message_stop, ping, and error events.
 Errors are JSON bodies {"type": "error", "error": {"type", "message"}} with their status.
 Every reply has its own `request-id` and says `Connection: close`.
 
@@ -42,7 +44,11 @@ def sse_event(data: dict[str, Any]) -> Event:
 
 
 def message_object(input_tokens: int, **usage: int) -> dict[str, Any]:
-    """The message object a message_start event carries: no content yet, the input usage."""
+    """The message object a message_start event carries: no content yet, the input usage.
+
+    Cache reads and writes are 0 unless `usage` sets cache_read_input_tokens or
+    cache_creation_input_tokens.
+    """
     return {
         "id": f"msg_fake{next(_ids):06d}",
         "type": "message",
@@ -51,12 +57,20 @@ def message_object(input_tokens: int, **usage: int) -> dict[str, Any]:
         "model": MODEL,
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1, **usage},
+        "usage": {
+            "input_tokens": input_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 1,
+            **usage,
+        },
     }
 
 
-def message_start(input_tokens: int) -> Event:
-    return sse_event({"type": "message_start", "message": message_object(input_tokens)})
+def message_start(input_tokens: int, *, cache_read: int = 0, cache_write: int = 0) -> Event:
+    """message_start with the call's input usage: uncached, read from and written to the cache."""
+    usage = {"cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}
+    return sse_event({"type": "message_start", "message": message_object(input_tokens, **usage)})
 
 
 def block_delta(index: int, delta: dict[str, Any]) -> Event:
@@ -84,9 +98,11 @@ def tool_use_block(index: int, call_id: str, name: str, fragments: list[str]) ->
     return block(index, start, json_deltas)
 
 
-def message_end(stop_reason: str, output_tokens: int) -> list[Event]:
+def message_end(stop_reason: str, output_tokens: int, **usage: int) -> list[Event]:
+    """message_delta (the stop reason, cumulative usage: output tokens and any `usage`), then
+    message_stop."""
     delta = {"stop_reason": stop_reason, "stop_sequence": None}
-    usage = {"output_tokens": output_tokens}
+    usage = {**usage, "output_tokens": output_tokens}
     return [
         sse_event({"type": "message_delta", "delta": delta, "usage": usage}),
         sse_event({"type": "message_stop"}),
@@ -94,11 +110,16 @@ def message_end(stop_reason: str, output_tokens: int) -> list[Event]:
 
 
 def text_reply(
-    *chunks: str, input_tokens: int = 21, output_tokens: int = 9, **options: Any
+    *chunks: str,
+    input_tokens: int = 21,
+    output_tokens: int = 9,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    **options: Any,
 ) -> Reply:
     """A streamed text answer, one text_delta per chunk; `options` go to the Reply."""
     events = [
-        message_start(input_tokens),
+        message_start(input_tokens, cache_read=cache_read, cache_write=cache_write),
         sse_event({"type": "ping"}),
         *text_block(0, list(chunks)),
         *message_end("end_turn", output_tokens),
@@ -111,9 +132,11 @@ def tool_reply(
     text: str = "",
     input_tokens: int = 40,
     output_tokens: int = 30,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> Reply:
     """A streamed answer: a text block if `text`, a tool_use block per (id, name, fragments)."""
-    events = [message_start(input_tokens)]
+    events = [message_start(input_tokens, cache_read=cache_read, cache_write=cache_write)]
     if text:
         events += text_block(0, [text])
     for index, (call_id, name, fragments) in enumerate(calls, start=1 if text else 0):

@@ -1,8 +1,9 @@
 """A scripted fake of OpenAI's `POST /v1/chat/completions` with `stream: true`.
 
 Replies use the wire format of OpenAI's API reference: `data: {chat.completion.chunk}` SSE
-events, a final usage chunk with `choices: []` (the request asks for include_usage), then
-`data: [DONE]`; errors are JSON `{"error": {message, type, param, code}}` bodies.
+events, a final usage chunk with `choices: []` (the request asks for include_usage; its
+`prompt_tokens_details.cached_tokens` are a part of `prompt_tokens`), then `data: [DONE]`;
+errors are JSON `{"error": {message, type, param, code}}` bodies.
 
     async with FakeOpenAI() as fake:
         fake.push(text("Hello there."), error(429, "slow down", headers={"retry-after": "1"}))
@@ -33,20 +34,27 @@ def text(
     *,
     finish: str | None = "stop",
     usage: tuple[int, int] = (12, 5),
+    cached: int = 0,
     delay_s: float = 0.0,
     cut_after: int | None = None,
 ) -> Reply:
-    """A streamed text answer, one word per chunk; `finish=None` leaves out the finish chunk."""
+    """A streamed text answer, one word per chunk; `finish=None` leaves out the finish chunk.
+
+    `usage` is (prompt_tokens, completion_tokens); `cached` of the prompt tokens were cached.
+    """
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
     chunks += [chunk({"content": word}) for word in _WORD.findall(answer)]
     if finish is not None:
         chunks.append(chunk({}, finish=finish))
-    chunks.append(usage_chunk(*usage))
+    chunks.append(usage_chunk(*usage, cached=cached))
     return stream(chunks, delay_s=delay_s, cut_after=cut_after)
 
 
 def tool_calls(
-    *calls: tuple[str, str, str], fragment_chars: int = 6, usage: tuple[int, int] = (40, 18)
+    *calls: tuple[str, str, str],
+    fragment_chars: int = 6,
+    usage: tuple[int, int] = (40, 18),
+    cached: int = 0,
 ) -> Reply:
     """Streamed tool calls `(id, name, arguments JSON)`, arguments in small fragments."""
     chunks = [chunk({"role": "assistant", "content": None, "refusal": None})]
@@ -56,7 +64,7 @@ def tool_calls(
         for start in range(0, len(arguments), fragment_chars):
             piece = arguments[start : start + fragment_chars]
             chunks.append(tool_chunk({"index": index, "function": {"arguments": piece}}))
-    chunks += [chunk({}, finish="tool_calls"), usage_chunk(*usage)]
+    chunks += [chunk({}, finish="tool_calls"), usage_chunk(*usage, cached=cached)]
     return stream(chunks)
 
 
@@ -103,13 +111,17 @@ def tool_chunk(*fragments: dict[str, Any]) -> dict[str, Any]:
     return chunk({"tool_calls": list(fragments)})
 
 
-def usage_chunk(prompt: int, completion: int) -> dict[str, Any]:
-    """The last chunk of an include_usage stream: no choices, the call's usage."""
+def usage_chunk(prompt: int, completion: int, *, cached: int = 0) -> dict[str, Any]:
+    """The last chunk of an include_usage stream: no choices, the call's usage.
+
+    `cached` prompt tokens came from the prompt cache; the API counts them in prompt_tokens
+    (and so in total_tokens) too.
+    """
     usage = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
     }
     return _envelope([], usage=usage)

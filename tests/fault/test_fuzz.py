@@ -1,7 +1,7 @@
 """Property-based fuzz of every RPC of agent.v1 RunService, CompactionService and
 SnapshotService, through a real server on 127.0.0.1:0 and real grpc.aio clients.
 
-The tests: raw bytes to each of the 16 RPCs; CreateRun/CreateRunStream with up to three
+The tests: raw bytes to each of the 17 RPCs; CreateRun/CreateRunStream with up to three
 adversarial fields; the `script` model with adversarial scripts; GetRun, GetRunOutput,
 CancelRun, WatchRunEvents and ListRuns with adversarial ids, cursors, filters and pages;
 CompactionService and SnapshotService; deep JSON and absurd numbers where clients put JSON.
@@ -214,6 +214,7 @@ RPCS = {
             False,
             _codes(IA, NF),
         ),
+        Rpc("UsageService", "GetUsage", pb.GetUsageRequest, pb.GetUsageResponse, False, _codes(IA)),
         Rpc(
             "CompactionService",
             "GetCompactionConfig",
@@ -707,6 +708,7 @@ STATIC_REQUESTS: dict[str, bytes] = {
         status=c.RUN_STATUS_COMPLETED, pagination=c.Pagination(limit=5)
     ).SerializeToString(),
     "GetCompactionConfig": b"",
+    "GetUsage": pb.GetUsageRequest(from_day="2026-01-01", to_day="2026-01-31").SerializeToString(),
     "UpdateCompactionConfig": pb.UpdateCompactionConfigRequest(
         auto=True,
         buffer_tokens=20_000,
@@ -747,7 +749,7 @@ def watches_busy(world: World, rpc: Rpc, payload: bytes) -> bool:
 @settings(FUZZ, max_examples=examples(260))
 @given(rpc=st.sampled_from(sorted(RPCS)), spec=fs.raw_bytes())
 async def test_raw_bytes_to_every_rpc(world: World, rpc: str, spec: fs.RawSpec) -> None:
-    """Arbitrary bytes as the request body of each of the 16 RPCs."""
+    """Arbitrary bytes as the request body of each of the 17 RPCs."""
     payload = spec.build(valid_requests(world, RPCS[rpc]))
     await world.exchange(RPCS[rpc], payload, live=watches_busy(world, RPCS[rpc], payload))
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import random
 import typing
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
 from behest.domain.waits import Decision
 from behest.store.base import AppendEvent
 from behest.store.sql.store import SqlStore
@@ -23,10 +25,20 @@ EVERY_KIND: list[ev.Payload] = [
     ev.ToolCallDelta(call_id="call_1", delta='{"path": "/tm'),
     ev.ToolCallCompleted(call=ToolCall("call_1", "read_file", '{"path": "/tmp/x", "n": [1, 2]}')),
     ev.ToolExecutionStarted(call_id="call_1", tool_name="read_file"),
-    ev.ToolExecutionFinished(call_id="call_1", tool_name="read_file", duration_ms=1234),
+    ev.ToolExecutionFinished(
+        call_id="call_1", tool_name="read_file", duration_ms=1234, is_error=True
+    ),
     ev.AssistantMessageCommitted(message_id=new_id()),
     ev.ToolMessageCommitted(message_id=new_id()),
-    ev.UsageRecorded(usage=TokenUsage(input_tokens=3_000_000_000, output_tokens=42)),
+    ev.UsageRecorded(
+        usage=TokenUsage(
+            input_tokens=3_000_000_000,
+            output_tokens=42,
+            cached_input_tokens=5_000_000_000,
+            cache_write_tokens=7,
+        ),
+        cost=Money(Decimal("0.000123"), "USD"),
+    ),
     ev.DoomLoopDetected(description="read_file({'path': '/tmp/x'}) three times in a row"),
     ev.CompactionCircuitOpened(consecutive_failures=3),
     ev.CompactionStarted(messages_before=12, estimated_tokens_before=9000, reason="overflow"),
@@ -52,8 +64,9 @@ EVERY_KIND: list[ev.Payload] = [
         call_id="call_3", tool_name="pick_file", is_error=True, answered_by="", timed_out=True
     ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
-    ev.RunFailed(error="provider 'local': boom"),
-    ev.RunCancelled(),
+    ev.BudgetExceeded(budget=BudgetKind.DAILY_COST, limit="10.00", used="10.000001"),
+    ev.RunFailed(error="provider 'local': boom", code=FailureCode.RATE_LIMITED),
+    ev.RunCancelled(cancelled_by="alice", reason="enough ✓", source=CancelSource.CALLER),
 ]
 
 
@@ -73,6 +86,20 @@ async def test_every_event_kind_round_trips(store: SqlStore) -> None:
     assert isinstance(completed, ev.RunCompleted)
     assert type(completed.finish_reason) is FinishReason
     assert read[-1].is_terminal
+
+
+async def test_payloads_with_their_defaults_round_trip(store: SqlStore) -> None:
+    run = await create(store)
+    defaults: list[ev.Payload] = [
+        ev.UsageRecorded(usage=TokenUsage(1, 2)),
+        ev.RunFailed(error="boom"),
+        ev.RunCancelled(),
+    ]
+    written = [event(run.id, n, payload) for n, payload in enumerate(defaults, start=1)]
+
+    await store.apply([AppendEvent(e) for e in written])
+
+    assert await store.read_events(run.id, after=0, limit=10) == written
 
 
 async def test_event_envelope_round_trips(store: SqlStore) -> None:

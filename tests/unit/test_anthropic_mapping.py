@@ -22,7 +22,14 @@ from anthropic.types import (
 
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
-from behest.errors import ContextOverflowError, PermanentProviderError, TransientProviderError
+from behest.errors import (
+    ContextOverflowError,
+    PermanentProviderError,
+    ProviderAuthError,
+    QuotaExhausted,
+    RateLimited,
+    TransientProviderError,
+)
 from behest.providers.anthropic import (
     MISSING_RESULT,
     AnthropicProvider,
@@ -243,12 +250,14 @@ def delta(index: int, content: dict[str, Any]) -> RawContentBlockDeltaEvent:
     )
 
 
-def end(stop_reason: str | None, output_tokens: int = 5) -> RawMessageDeltaEvent:
+def end(
+    stop_reason: str | None, output_tokens: int = 5, **usage: int | None
+) -> RawMessageDeltaEvent:
     return RawMessageDeltaEvent.model_validate(
         {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": output_tokens},
+            "usage": {**usage, "output_tokens": output_tokens},
         }
     )
 
@@ -279,9 +288,33 @@ def test_text_and_tool_use_blocks_become_deltas() -> None:
         ToolCallArguments("toolu_1", '{"expression":'),
         ToolCallBegin("toolu_2", "current_time"),
         ToolCallArguments("toolu_1", ' "1+1"}'),
-        Finished(FinishReason.TOOL_CALLS, TokenUsage(15, 7)),
+        Finished(FinishReason.TOOL_CALLS, TokenUsage(10, 7, cached_input_tokens=5)),
     ]
     assert decoder.finished
+
+
+def test_cache_reads_and_writes_are_counted_apart_from_input_tokens() -> None:
+    started = start(12, cache_read_input_tokens=2048, cache_creation_input_tokens=300)
+    deltas = feed(StreamDecoder(), started, end("end_turn", 9), STOP)
+    usage = TokenUsage(
+        input_tokens=12, output_tokens=9, cached_input_tokens=2048, cache_write_tokens=300
+    )
+    assert deltas == [Finished(FinishReason.STOP, usage)]
+    assert usage.total_tokens == 12 + 9 + 2048 + 300
+
+
+def test_message_delta_usage_is_cumulative_and_replaces_message_start_field_by_field() -> None:
+    started = start(10, cache_read_input_tokens=100, cache_creation_input_tokens=50)
+    # The final counts (e.g. after server tools); a null count keeps message_start's.
+    ended = end(
+        "end_turn",
+        20,
+        input_tokens=14,
+        cache_read_input_tokens=160,
+        cache_creation_input_tokens=None,
+    )
+    deltas = feed(StreamDecoder(), started, ended, STOP)
+    assert deltas == [Finished(FinishReason.STOP, TokenUsage(14, 20, 160, 50))]
 
 
 @pytest.mark.parametrize(
@@ -343,7 +376,7 @@ def test_a_429_is_transient_with_its_retry_after(provider: AnthropicProvider) ->
     error = provider._status_error(
         status_error(429, "rate_limit_error", "slow down", {"retry-after": "3"})
     )
-    assert isinstance(error, TransientProviderError)
+    assert type(error) is RateLimited
     assert error.retry_after == 3.0
     assert str(error) == "provider 'claude': rate limited (HTTP 429 rate_limit_error): slow down"
 
@@ -352,7 +385,7 @@ def test_a_spend_limit_429_is_permanent(provider: AnthropicProvider) -> None:
     exc = status_error(
         429, "rate_limit_error", "limit", details={"error_code": "enforced_spend_limit_reached"}
     )
-    assert isinstance(provider._status_error(exc), PermanentProviderError)
+    assert type(provider._status_error(exc)) is QuotaExhausted
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 529, 408])
@@ -383,8 +416,10 @@ def test_a_prompt_too_long_is_a_context_overflow(provider: AnthropicProvider) ->
 def test_auth_errors_never_carry_the_key(provider: AnthropicProvider) -> None:
     exc = status_error(401, "authentication_error", f"invalid x-api-key {KEY}")
     error = provider._status_error(exc)
-    assert isinstance(error, PermanentProviderError)
+    assert type(error) is ProviderAuthError
     assert "authentication failed (HTTP 401" in str(error)
+    forbidden = provider._status_error(status_error(403, "permission_error", "no access"))
+    assert type(forbidden) is ProviderAuthError
     assert KEY not in str(error)
 
 
@@ -392,8 +427,10 @@ def test_an_error_event_in_a_stream_is_classified_by_its_type(
     provider: AnthropicProvider,
 ) -> None:
     overloaded = provider._status_error(status_error(200, "overloaded_error", "Overloaded"))
-    assert isinstance(overloaded, TransientProviderError)
+    assert type(overloaded) is TransientProviderError
     assert "stream error event overloaded_error" in str(overloaded)
+    limited = provider._status_error(status_error(200, "rate_limit_error", "slow down"))
+    assert type(limited) is RateLimited and limited.retry_after is None
     invalid = provider._status_error(status_error(200, "invalid_request_error", "bad"))
     assert isinstance(invalid, PermanentProviderError)
 

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 import pytest
 
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason
+from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
     ContextOverflowError,
     InvalidArgument,
     PermanentProviderError,
+    RateLimited,
     TransientProviderError,
 )
 from behest.providers.base import (
@@ -95,6 +96,28 @@ async def test_usage_is_a_deterministic_estimate() -> None:
     assert finished.usage.output_tokens == 2
 
 
+async def test_a_step_usage_replaces_the_estimate_exactly() -> None:
+    usage = {"input": 1200, "output": 80, "cached_input": 4096, "cache_write": 512}
+    deltas = await collect(request("script", script({"text": "a b c", "usage": usage})))
+    assert deltas[-1] == Finished(
+        FinishReason.STOP,
+        TokenUsage(
+            input_tokens=1200, output_tokens=80, cached_input_tokens=4096, cache_write_tokens=512
+        ),
+    )
+
+
+async def test_a_step_usage_counts_the_fields_it_leaves_out_as_zero() -> None:
+    steps = script({"text": "hi", "usage": {"cached_input": 7}}, {"text": "no usage"})
+    first = await collect(request("script", steps, call_number=1))
+    assert isinstance(first[-1], Finished)
+    assert first[-1].usage == TokenUsage(cached_input_tokens=7)
+    second = await collect(request("script", steps, call_number=2))
+    assert isinstance(second[-1], Finished)
+    # Steps without usage keep the estimate, with no cache tokens.
+    assert second[-1].usage == TokenUsage(len(steps) // 4 + 1, 2)
+
+
 async def test_unknown_model_is_invalid_argument_naming_known_models() -> None:
     with pytest.raises(InvalidArgument, match="echo, script"):
         await collect(request("gpt-9", "hi"))
@@ -158,7 +181,7 @@ async def test_finish_field_sets_the_finish_reason() -> None:
 
 async def test_rate_limited_is_transient_with_retry_after() -> None:
     steps = script({"error": "rate_limited", "retry_after_s": 2.5}, {"text": "ok"})
-    with pytest.raises(TransientProviderError, match="429") as info:
+    with pytest.raises(RateLimited, match="429") as info:
         await collect(request("script", steps, call_number=1))
     assert info.value.retry_after == 2.5
     assert info.value.provider == "local"
@@ -243,6 +266,13 @@ async def test_constructor_delay_applies_and_step_delay_overrides_it() -> None:
         ('{"steps": [{"finish": "maybe"}]}', "finish must be one of"),
         ('{"steps": [{"deltas": -1}]}', "deltas"),
         ('{"steps": [{"tool_calls": [{"arguments": {}}]}]}', "tool_calls"),
+        ('{"steps": [{"usage": 5}]}', r"steps\[0\]\.usage must be an object \{\"input\": N"),
+        ('{"steps": [{"usage": {"inputs": 5}}]}', r"usage must be an object"),
+        ('{"steps": [{"usage": {"input": -1}}]}', r"usage\.input must be an integer from 0 to"),
+        ('{"steps": [{"usage": {"output": 1.5}}]}', r"usage\.output must be an integer"),
+        ('{"steps": [{"usage": {"cached_input": true}}]}', r"usage\.cached_input must be"),
+        ('{"steps": [{"usage": {"cache_write": "3"}}]}', r"usage\.cache_write must be"),
+        ('{"steps": [{"usage": {"input": 1000000001}}]}', r"from 0 to 1000000000"),
     ],
 )
 async def test_invalid_script_fails_clearly(text: str, problem: str) -> None:

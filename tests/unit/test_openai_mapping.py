@@ -15,7 +15,10 @@ from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
+    ProviderAuthError,
     ProviderError,
+    QuotaExhausted,
+    RateLimited,
     TransientProviderError,
 )
 from behest.providers.base import (
@@ -221,6 +224,26 @@ def test_a_stream_without_finish_reason_ended_early() -> None:
         reader.finished("p")
 
 
+def test_cached_prompt_tokens_are_counted_apart_from_input_tokens() -> None:
+    # OpenAI counts the cached tokens in prompt_tokens too; behest keeps them apart.
+    _, reader = read(chunk({}, finish="stop"), usage_chunk(2006, 300, cached=1920))
+    usage = reader.finished("p").usage
+    assert usage == TokenUsage(input_tokens=86, output_tokens=300, cached_input_tokens=1920)
+    assert usage.total_tokens == 2006 + 300
+
+
+def test_usage_without_prompt_details_has_no_cached_tokens() -> None:
+    raw = usage_chunk(30, 4)
+    raw["usage"]["prompt_tokens_details"] = None  # vLLM, llama.cpp and others
+    _, reader = read(chunk({}, finish="stop"), raw)
+    assert reader.finished("p").usage == TokenUsage(30, 4)
+
+
+def test_more_cached_tokens_than_prompt_tokens_count_as_the_prompt() -> None:
+    _, reader = read(chunk({}, finish="stop"), usage_chunk(10, 2, cached=25))
+    assert reader.finished("p").usage == TokenUsage(0, 2, cached_input_tokens=10)
+
+
 def test_usage_in_the_finish_chunk_counts_too() -> None:
     raw = chunk({}, finish="stop")
     raw["usage"] = usage_chunk(5, 6)["usage"]
@@ -352,12 +375,12 @@ async def failure(provider: OpenAIProvider) -> ProviderError:
         (400, None, PermanentProviderError, "request rejected (HTTP 400: nope)"),
         (404, "model_not_found", PermanentProviderError, "request rejected (HTTP 404: nope)"),
         (422, None, PermanentProviderError, "HTTP 422"),
-        (403, None, PermanentProviderError, "permission denied (HTTP 403: nope)"),
+        (403, None, ProviderAuthError, "permission denied (HTTP 403: nope)"),
         (408, None, TransientProviderError, "HTTP 408: nope"),
         (409, None, TransientProviderError, "HTTP 409: nope"),
         (502, None, TransientProviderError, "HTTP 502: nope"),
         (503, None, TransientProviderError, "HTTP 503: nope"),
-        (429, "insufficient_quota", PermanentProviderError, "quota exhausted (HTTP 429"),
+        (429, "insufficient_quota", QuotaExhausted, "quota exhausted (HTTP 429"),
         (400, "context_length_exceeded", ContextOverflowError, "context window exceeded"),
     ],
 )
@@ -381,7 +404,7 @@ async def test_a_401_names_no_key_and_hides_its_cause(
 ) -> None:
     fake.push(error(401, f"Incorrect API key provided: {KEY}.", code="invalid_api_key"))
     caught = await failure(provider)
-    assert type(caught) is PermanentProviderError
+    assert type(caught) is ProviderAuthError
     assert str(caught) == "provider 'oa': authentication failed (HTTP 401)"
     assert caught.__cause__ is None and caught.__suppress_context__
 
@@ -416,7 +439,7 @@ async def test_a_429_carries_the_retry_after_hint(
         error(429, "slow down", code="rate_limit_exceeded", headers={"retry-after-ms": "1500"})
     )
     caught = await failure(provider)
-    assert isinstance(caught, TransientProviderError)
+    assert type(caught) is RateLimited
     assert caught.retry_after == 1.5
     assert "rate limited (HTTP 429: slow down)" in str(caught)
 
@@ -477,3 +500,13 @@ async def test_a_local_server_gets_a_placeholder_key(fake: FakeOpenAI) -> None:
         await adapter.aclose()
     assert deltas[-1] == Finished(FinishReason.STOP, TokenUsage(12, 5))
     assert fake.requests[0].headers["authorization"] == "Bearer not-needed"
+
+
+async def test_cached_tokens_from_the_wire_are_split_out(
+    provider: OpenAIProvider, fake: FakeOpenAI
+) -> None:
+    fake.push(text("hi there", usage=(1500, 7), cached=1280))
+    deltas = [d async for d in provider.stream(model_request())]
+    assert deltas[-1] == Finished(
+        FinishReason.STOP, TokenUsage(input_tokens=220, output_tokens=7, cached_input_tokens=1280)
+    )

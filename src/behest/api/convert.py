@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -16,6 +17,7 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.messages import Message, ToolCall
 from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import DailyUsage, Money, RunBudget
 from behest.domain.waits import PendingCall
 
 
@@ -41,6 +43,29 @@ def usage(value: TokenUsage) -> pb_common.TokenUsage:
         input_tokens=value.input_tokens,
         output_tokens=value.output_tokens,
         total_tokens=value.total_tokens,
+        cached_input_tokens=value.cached_input_tokens,
+        cache_write_tokens=value.cache_write_tokens,
+    )
+
+
+def cost(value: Money | None) -> pb_common.Cost | None:
+    """Money as a Cost (its exact decimal string); None stays unset."""
+    if value is None:
+        return None
+    return pb_common.Cost(amount=_decimal(value.amount), currency=value.currency)
+
+
+def _decimal(value: Decimal) -> str:
+    """A plain decimal string (no exponent), e.g. "0.000123"."""
+    return format(value, "f")
+
+
+def budget(value: RunBudget) -> pb.RunBudget:
+    return pb.RunBudget(
+        max_tokens=value.max_tokens,
+        max_tool_calls=value.max_tool_calls,
+        max_wall_seconds=value.max_wall_seconds,
+        max_cost="" if value.max_cost is None else _decimal(value.max_cost),
     )
 
 
@@ -73,6 +98,10 @@ def event(value: ev.Event) -> pb.AgentEvent:
                 getattr(body, name).CopyFrom(usage(field_value))
             case datetime():
                 getattr(body, name).CopyFrom(timestamp(field_value))
+            case Money():
+                getattr(body, name).CopyFrom(cost(field_value))
+            case None:
+                pass
             case _:
                 setattr(body, name, field_value)
     return out
@@ -108,6 +137,11 @@ def run_record(run: Run) -> pb.RunRecord:
         approve_side_effects=run.waits.approve_side_effects,
         approval_timeout_s=run.waits.approval_timeout_s,
         client_tool_timeout_s=run.waits.client_tool_timeout_s,
+        total_usage=usage(run.usage),
+        total_cost=cost(run.cost),
+        error=run.error,
+        failure_code=cast(pb.FailureCode.ValueType, int(run.failure_code)),
+        budget=budget(run.budget),
     )
 
 
@@ -145,6 +179,26 @@ def run_output(output: RunOutput) -> pb.RunOutput:
         finish_reason=_finish_reason(run.finish_reason),
         total_usage=usage(run.usage),
         messages=[message(m) for m in output.messages],
+        total_cost=cost(run.cost),
+    )
+
+
+def daily_usage(days: list[DailyUsage]) -> pb.GetUsageResponse:
+    """Days of usage, and their sum (a cost only when every priced day has one currency)."""
+    total = TokenUsage()
+    total_cost: Money | None = None
+    currencies = {d.cost.currency for d in days if d.cost is not None}
+    for day in days:
+        total += day.usage
+        if day.cost is not None and len(currencies) == 1:
+            total_cost = day.cost if total_cost is None else total_cost + day.cost
+    return pb.GetUsageResponse(
+        days=[
+            pb.DailyUsage(day=d.day, runs=d.runs, usage=usage(d.usage), cost=cost(d.cost))
+            for d in days
+        ],
+        total_usage=usage(total),
+        total_cost=cost(total_cost),
     )
 
 

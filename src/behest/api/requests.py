@@ -6,6 +6,8 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
@@ -15,6 +17,7 @@ from behest import bounded_json
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
+from behest.domain.spend import RunBudget
 from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
 from behest.errors import InvalidArgument, quote
 
@@ -33,6 +36,7 @@ MAX_ANSWERS = 256
 MAX_CALL_ID_BYTES = 200
 MAX_REASON_BYTES = 4 * 1024
 MAX_RESULT_BYTES = 1024 * 1024
+MAX_AMOUNT = Decimal(1_000_000_000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +68,10 @@ class Offer(Protocol):
         ...
 
     def tool_names(self) -> list[str]: ...
+
+    def has_prices(self, provider: str, model: str) -> bool:
+        """Whether the model's prices are configured (a cost budget needs them)."""
+        ...
 
 
 def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offer) -> RunRequest:
@@ -97,6 +105,12 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
     offer.check_model(provider, model)
     known = offer.tool_names()
     waits = wait_options(request, known, limits.max_wait_s)
+    budget = run_budget(request.budget, limits.max_wait_s)
+    if budget.max_cost is not None and not offer.has_prices(provider, model):
+        raise InvalidArgument(
+            f"budget.max_cost needs prices for model {quote(model)} of provider "
+            f"{quote(provider)}; its settings set none (input_price, output_price)"
+        )
     _check_tools(request.tools, tool_choice, known, [t.name for t in waits.client_tools])
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     return RunRequest(
@@ -111,6 +125,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         tools=tuple(request.tools),
         max_iterations=request.max_iterations,
         waits=waits,
+        budget=budget,
     )
 
 
@@ -268,3 +283,75 @@ def _call_id(value: str, where: str) -> None:
     if not value:
         raise InvalidArgument(f"{where}.call_id is required")
     _bounded(value, f"{where}.call_id", MAX_CALL_ID_BYTES)
+
+
+# --- spend ------------------------------------------------------------------------------
+
+MAX_BUDGET_TOKENS = 10**12
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+MAX_USAGE_DAYS = 366
+
+
+def run_budget(value: pb.RunBudget, max_wait_s: int) -> RunBudget:
+    """A run's budget: numbers in range, max_cost a decimal string."""
+    if value.max_tokens > MAX_BUDGET_TOKENS:
+        raise InvalidArgument(f"budget.max_tokens must be at most {MAX_BUDGET_TOKENS}")
+    if value.max_wall_seconds > max_wall(max_wait_s):
+        raise InvalidArgument(f"budget.max_wall_seconds must be at most {max_wall(max_wait_s)}")
+    max_cost = None
+    if value.max_cost:
+        max_cost = amount(value.max_cost, "budget.max_cost")
+    return RunBudget(
+        max_tokens=value.max_tokens,
+        max_tool_calls=value.max_tool_calls,
+        max_wall_seconds=value.max_wall_seconds,
+        max_cost=max_cost,
+    )
+
+
+def max_wall(max_wait_s: int) -> int:
+    """The longest wall-clock budget: a run may wait as long as max_wait_s, and then some."""
+    return max_wait_s + 86_400
+
+
+def amount(text: str, field: str) -> Decimal:
+    """A decimal amount of money from a client: plain digits, finite, >= 0."""
+    if len(text) > 40 or not re.fullmatch(r"\d+(\.\d+)?", text):
+        raise InvalidArgument(f'{field} must be a decimal amount like "0.50"; got {quote(text)}')
+    value = Decimal(text)
+    if value > MAX_AMOUNT:
+        raise InvalidArgument(f"{field} must be at most {MAX_AMOUNT}")
+    return value
+
+
+def cancel_reason(request: pb.CancelRunRequest) -> str:
+    _bounded(request.reason, "reason", MAX_REASON_BYTES)
+    return request.reason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageQuery:
+    session_id: str | None
+    from_day: str
+    to_day: str
+
+
+def usage_query(request: pb.GetUsageRequest, today: str) -> UsageQuery:
+    """Validate GetUsage: days as YYYY-MM-DD (default today), at most a year apart."""
+    days = []
+    for field in ("from_day", "to_day"):
+        text = getattr(request, field) or today
+        if not DAY.match(text):
+            raise InvalidArgument(f"{field} must be a day like 2026-12-01; got {quote(text)}")
+        try:
+            days.append(date.fromisoformat(text))
+        except ValueError:
+            raise InvalidArgument(f"{field} {quote(text)} is not a day of the calendar") from None
+    if days[0] > days[1]:
+        raise InvalidArgument("from_day must not be after to_day")
+    if (days[1] - days[0]).days >= MAX_USAGE_DAYS:
+        raise InvalidArgument(f"ask for at most {MAX_USAGE_DAYS} days at once")
+    session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
+    return UsageQuery(
+        session_id=session_id, from_day=days[0].isoformat(), to_day=days[1].isoformat()
+    )

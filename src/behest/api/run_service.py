@@ -12,6 +12,7 @@ from behest.api.admission import Admission
 from behest.api.auth import current_caller
 from behest.api.requests import (
     approval_answers,
+    cancel_reason,
     run_query,
     run_request,
     tool_results,
@@ -87,7 +88,8 @@ class RunServicer:
     async def CancelRun(
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelRunResponse:
-        status = await self._runs.cancel(current_caller(), uuid_field(request.run_id, "run_id"))
+        run_id = uuid_field(request.run_id, "run_id")
+        status = await self._runs.cancel(current_caller(), run_id, reason=cancel_reason(request))
         return pb.CancelRunResponse(status=convert.run_status(status))
 
     async def SubmitApprovals(

@@ -1,4 +1,4 @@
-"""The grpc.aio server: our three services, grpc.health.v1, reflection, stream cap."""
+"""The grpc.aio server: our four services, grpc.health.v1, reflection, stream cap."""
 
 from __future__ import annotations
 
@@ -15,10 +15,16 @@ from behest.api.compaction_service import CompactionServicer
 from behest.api.handlers import generic_handler
 from behest.api.run_service import RunServicer
 from behest.api.snapshot_service import SnapshotServicer
+from behest.api.usage_service import UsageServicer
 from behest.config import AuthSettings, TlsSettings
 from behest.runs.operations import Operations
 
-SERVICES = ("agent.v1.RunService", "agent.v1.CompactionService", "agent.v1.SnapshotService")
+SERVICES = (
+    "agent.v1.RunService",
+    "agent.v1.CompactionService",
+    "agent.v1.SnapshotService",
+    "agent.v1.UsageService",
+)
 
 
 class ApiServer:
@@ -51,6 +57,7 @@ class ApiServer:
             "RunService": RunServicer(runs, admission),
             "CompactionService": CompactionServicer(runs),
             "SnapshotService": SnapshotServicer(runs),
+            "UsageService": UsageServicer(runs),
         }
         for name, servicer in servicers.items():
             self._server.add_generic_rpc_handlers(

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
 from behest.domain.waits import Decision
 
 
@@ -62,6 +63,7 @@ class ToolExecutionFinished:
     call_id: str
     tool_name: str
     duration_ms: int
+    is_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class ToolMessageCommitted:
 @dataclass(frozen=True, slots=True)
 class UsageRecorded:
     usage: TokenUsage
+    cost: Money | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +91,21 @@ class RunCompleted:
 @dataclass(frozen=True, slots=True)
 class RunFailed:
     error: str
+    code: FailureCode = FailureCode.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)
 class RunCancelled:
-    pass
+    cancelled_by: str = ""
+    reason: str = ""
+    source: CancelSource = CancelSource.UNSPECIFIED
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetExceeded:
+    budget: BudgetKind
+    limit: str
+    used: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +188,7 @@ Payload = (
     | ApprovalResolved
     | ClientToolRequested
     | ClientToolAnswered
+    | BudgetExceeded
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -203,6 +217,7 @@ KINDS: dict[type[Payload], str] = {
     ApprovalResolved: "approval_resolved",
     ClientToolRequested: "client_tool_requested",
     ClientToolAnswered: "client_tool_answered",
+    BudgetExceeded: "budget_exceeded",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

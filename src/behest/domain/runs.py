@@ -10,6 +10,7 @@ from datetime import datetime
 
 from behest.domain.callers import DEFAULT_TENANT
 from behest.domain.messages import Message
+from behest.domain.spend import MILLION, FailureCode, Money, Prices, RunBudget
 from behest.domain.waits import WaitOptions
 
 
@@ -55,19 +56,42 @@ class ToolChoice(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
-    """Tokens of one model call or of a whole run."""
+    """Tokens of one model call or of a whole run. `input_tokens` are those read neither from
+    nor into the provider's prompt cache; cached reads and cache writes are counted apart."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cached_input_tokens
+            + self.cache_write_tokens
+        )
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
+
+    def cost(self, prices: Prices) -> Money:
+        """What these tokens cost at `prices` (exact)."""
+        cached = prices.input if prices.cached_input is None else prices.cached_input
+        write = prices.input if prices.cache_write is None else prices.cache_write
+        amount = (
+            self.input_tokens * prices.input
+            + self.output_tokens * prices.output
+            + self.cached_input_tokens * cached
+            + self.cache_write_tokens * write
+        ) / MILLION
+        return Money(amount, prices.currency)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,11 +109,14 @@ class RunRequest:
     tools: tuple[str, ...] = ()
     max_iterations: int = 0
     waits: WaitOptions = field(default_factory=WaitOptions)
+    budget: RunBudget = field(default_factory=RunBudget)
 
     def fingerprint(self) -> str:
         """What must match for a repeated client_request_id to mean the same request."""
-        # Waiting options count only when set, so keys stored before they existed still match.
+        # Options count only when set, so keys stored before they existed still match.
         waits = [] if self.waits == WaitOptions() else [repr(self.waits)]
+        if self.budget != RunBudget():
+            waits.append(repr(self.budget))
         body = json.dumps(
             [
                 self.session_id or "",
@@ -136,6 +163,11 @@ class Run:
     # The tenant the run belongs to (domain/callers.py).
     tenant: str = DEFAULT_TENANT
     waits: WaitOptions = field(default_factory=WaitOptions)
+    # Its budget as asked for (the tenant's defaults are applied when it runs), what it cost
+    # so far (None: no prices), and why it failed.
+    budget: RunBudget = field(default_factory=RunBudget)
+    cost: Money | None = None
+    failure_code: FailureCode = FailureCode.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)

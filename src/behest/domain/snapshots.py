@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from behest.domain.runs import FinishReason, RunStatus, TokenUsage
+from behest.domain.spend import Money
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,3 +24,6 @@ class Snapshot:
     pending_tool_calls: tuple[str, ...] = field(default_factory=tuple)
     # How the last model answer ended (for a run interrupted right after its final answer).
     finish_reason: FinishReason = FinishReason.UNSPECIFIED
+    # What budgets count that the run row does not hold: tool calls made, cost so far.
+    tool_calls: int = 0
+    cost: Money | None = None

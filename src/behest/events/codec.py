@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import fields, is_dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
 from behest.domain.waits import Decision
 
 
@@ -28,6 +30,8 @@ def _plain(value: Any) -> Any:
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
     return value
 
 
@@ -47,4 +51,14 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[f.name] = Decision(value)
         elif f.name == "expires_at":
             data[f.name] = datetime.fromisoformat(value)
+        elif value is None:
+            continue  # a field added later: the payload's default
+        elif f.name == "cost":
+            data[f.name] = Money(Decimal(value["amount"]), value["currency"])
+        elif f.name == "code":
+            data[f.name] = FailureCode(value)
+        elif f.name == "source":
+            data[f.name] = CancelSource(value)
+        elif f.name == "budget":
+            data[f.name] = BudgetKind(value)
     return cls(**data)

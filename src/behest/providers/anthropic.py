@@ -24,15 +24,19 @@ Request mapping (behest's normalised ModelRequest → `POST /v1/messages`, `stre
 Stream mapping (raw server-sent events → deltas): `content_block_start` of a `tool_use` block →
 ToolCallBegin; `text_delta` → TextChunk; `input_json_delta` → ToolCallArguments (empty
 fragments skipped); `message_start`/`message_delta` carry usage and the stop reason;
-`message_stop` → the one Finished (input tokens include cache reads and writes). `ping`,
+`message_stop` → the one Finished. Usage keeps the API's split: `input_tokens` (neither read
+from nor written to the prompt cache), `cache_read_input_tokens` → cached input tokens,
+`cache_creation_input_tokens` → cache-write tokens; message_delta's counts are cumulative and
+replace message_start's, field by field, when present. `ping`,
 thinking and citation deltas are ignored. A stream that is cut or ends without `message_stop`
 is a transient error; an `error` event is classed by its type, like the HTTP status it stands
 for (overloaded_error as 529, api_error as 500, invalid_request_error as 400, …).
 
 Errors: 429, 408, 409, 5xx, 529, timeouts and connection errors are transient (Retry-After and
-retry-after-ms honoured; `x-should-retry` obeyed); 401/403 and other 4xx are permanent, a prompt
-that does not fit the context window is a ContextOverflowError; 429s that are spend limits are
-permanent. Messages name the HTTP status and the provider's message, never the key.
+retry-after-ms honoured; `x-should-retry` obeyed; a 429 is RateLimited); 401/403 (a
+ProviderAuthError) and other 4xx are permanent, a prompt that does not fit the context window is
+a ContextOverflowError; 429s that are spend limits are permanent. Messages name the HTTP status
+and the provider's message, never the key.
 
 The SDK's own retries are off (`max_retries=0`): behest's loop retries and announces each attempt.
 """
@@ -53,7 +57,10 @@ from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
+    ProviderAuthError,
     ProviderError,
+    QuotaExhausted,
+    RateLimited,
     TransientProviderError,
     describe,
 )
@@ -79,6 +86,13 @@ _FINISH = {
     "max_tokens": FinishReason.LENGTH,
     "model_context_window_exceeded": FinishReason.LENGTH,
     "refusal": FinishReason.CONTENT_FILTER,
+}
+# The API's usage fields → TokenUsage's; the three input counts are disjoint.
+_USAGE_FIELDS = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_input_tokens": "cached_input_tokens",
+    "cache_creation_input_tokens": "cache_write_tokens",
 }
 # The HTTP status an `error` event in a 200 stream stands for, by its error type.
 _STATUS_OF_TYPE = {
@@ -181,7 +195,7 @@ class AnthropicProvider:
             where = f"HTTP {status} {kind}".rstrip()
         if status in (401, 403):
             what = "authentication failed" if status == 401 else "permission denied"
-            return PermanentProviderError(self.name, f"{what} ({where}): {detail}")
+            return ProviderAuthError(self.name, f"{what} ({where}): {detail}")
         if status in (400, 413) and _CONTEXT_OVERFLOW.search(detail):
             return ContextOverflowError(self.name, f"context window exceeded ({where}): {detail}")
         transient = status in _TRANSIENT_STATUS or status >= 500
@@ -193,7 +207,10 @@ class AnthropicProvider:
         message = f"{_describe(status)} ({where})" + (f": {detail}" if detail else "")
         if transient:
             retry_after = None if in_stream else retry_after_s(headers)
-            return TransientProviderError(self.name, message, retry_after=retry_after)
+            error_class = RateLimited if status == 429 else TransientProviderError
+            return error_class(self.name, message, retry_after=retry_after)
+        if _error_code(error) in _SPEND_LIMITS:
+            return QuotaExhausted(self.name, message)
         return PermanentProviderError(self.name, message)
 
     def _brief(self, text: str) -> str:
@@ -205,8 +222,8 @@ class StreamDecoder:
 
     def __init__(self) -> None:
         self.finished = False
-        self._input_tokens = 0
-        self._output_tokens = 0
+        # TokenUsage's fields by the API's names; message_delta's counts replace these.
+        self._usage = dict.fromkeys(_USAGE_FIELDS.values(), 0)
         self._stop_reason: str | None = None
         self._tool_ids: dict[int, str] = {}
 
@@ -215,10 +232,7 @@ class StreamDecoder:
             return []
         match getattr(event, "type", None):
             case "message_start":
-                usage = getattr(event.message, "usage", None)
-                if usage is not None:
-                    self._input_tokens = _input_tokens(usage)
-                    self._output_tokens = getattr(usage, "output_tokens", 0) or 0
+                self._take_usage(getattr(event.message, "usage", None))
             case "content_block_start":
                 return self._block_start(event.index, event.content_block)
             case "content_block_delta":
@@ -227,17 +241,21 @@ class StreamDecoder:
                 reason = getattr(event.delta, "stop_reason", None)
                 if reason is not None:
                     self._stop_reason = reason
-                usage = getattr(event, "usage", None)
-                if usage is not None:
-                    if getattr(usage, "input_tokens", None) is not None:
-                        self._input_tokens = _input_tokens(usage)
-                    if getattr(usage, "output_tokens", None) is not None:
-                        self._output_tokens = usage.output_tokens
+                self._take_usage(getattr(event, "usage", None))
             case "message_stop":
                 self.finished = True
                 reason = _FINISH.get(self._stop_reason or "", FinishReason.UNKNOWN)
-                return [Finished(reason, TokenUsage(self._input_tokens, self._output_tokens))]
+                return [Finished(reason, TokenUsage(**self._usage))]
         return []
+
+    def _take_usage(self, usage: Any) -> None:
+        """The counts `usage` has (a missing or null one keeps the earlier count)."""
+        if usage is None:
+            return
+        for wire, name in _USAGE_FIELDS.items():
+            value = getattr(usage, wire, None)
+            if value is not None:
+                self._usage[name] = value
 
     def _block_start(self, index: int, block: Any) -> list[Delta]:
         match getattr(block, "type", None):
@@ -418,12 +436,6 @@ def _tool_names_used(messages: list[dict[str, Any]]) -> list[str]:
 
 
 # --- responses ----------------------------------------------------------------------------
-
-
-def _input_tokens(usage: Any) -> int:
-    """Input tokens, cache reads and writes included (the API counts them apart)."""
-    fields = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    return sum(getattr(usage, name, None) or 0 for name in fields)
 
 
 def _describe(status: int) -> str:

@@ -8,10 +8,17 @@
     timeout_s = 60
     max_attempts = 4                     # and backoff_initial_s, backoff_max_s,
                                          # max_retry_after_s (see providers/retry.py)
+    currency = "USD"                     # of the prices below: 3 capital letters
     [providers.openai.models."gpt-4o-mini"]
     context_window = 128000
     max_output_tokens = 16384
+    input_price = "0.15"                 # per million tokens, as decimal strings (exact)
+    output_price = "0.60"
+    cached_input_price = "0.075"         # optional; default: input_price
+    cache_write_price = "0.15"           # optional; default: input_price
 
+Prices are optional, but input_price and output_price come together; a model without them
+has no cost. A `local` provider takes model tables too, for its models `echo` and `script`.
 The key is read once at start-up and kept out of every repr, log line and event.
 """
 
@@ -21,16 +28,25 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from behest.domain.spend import Prices
+from behest.providers.local import KNOWN_MODELS as LOCAL_MODELS
 from behest.providers.retry import RetryPolicy
 
 TYPES = ("openai", "anthropic", "local")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+# Far above any model's price per million tokens: a bigger one is a typo.
+MAX_PRICE = Decimal(1_000_000)
+_LIMITS = ("context_window", "max_output_tokens")
+_PRICES = ("input_price", "output_price", "cached_input_price", "cache_write_price")
 _KEYS = {
     "type",
+    "currency",
     "base_url",
     "api_key_env",
     "api_key_file",
@@ -46,10 +62,11 @@ _KEYS = {
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """What behest needs to know of a model: its context window and output limit."""
+    """What behest needs to know of a model: its context window, output limit and prices."""
 
     context_window: int = 128_000
     max_output_tokens: int = 4096
+    prices: Prices | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +78,7 @@ class ProviderConfig:
     base_url: str = ""
     api_key: str = field(default="", repr=False)
     default_model: str = ""
+    currency: str = "USD"
     models: dict[str, ModelInfo] = field(default_factory=dict)
     timeout_s: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -91,20 +109,17 @@ def _parse_one(name: str, raw: Any, *, defaults: RetryPolicy, timeout_s: float) 
     kind = raw.get("type", "")
     if kind not in TYPES:
         raise ValueError(f"{where}.type must be one of {', '.join(TYPES)}")
-    models = {}
-    for model, info in (raw.get("models") or {}).items():
-        if not isinstance(info, dict) or set(info) - {"context_window", "max_output_tokens"}:
-            raise ValueError(
-                f"{where}.models.{model} may set context_window and max_output_tokens only"
-            )
-        models[model] = ModelInfo(**{k: int(v) for k, v in info.items()})
+    currency = raw.get("currency", "USD")
+    if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
+        raise ValueError(f'{where}.currency must be 3 capital letters (ISO 4217), e.g. "USD"')
     return ProviderConfig(
         name=name,
         type=kind,
         base_url=str(raw.get("base_url", "")),
         api_key=_api_key(where, raw),
         default_model=str(raw.get("default_model", "")),
-        models=models,
+        currency=currency,
+        models=_models(where, kind, raw.get("models"), currency),
         timeout_s=_seconds(where, raw, "timeout_s", timeout_s),
         retry=RetryPolicy(
             max_attempts=int(raw.get("max_attempts", defaults.max_attempts)),
@@ -113,6 +128,73 @@ def _parse_one(name: str, raw: Any, *, defaults: RetryPolicy, timeout_s: float) 
             max_retry_after_s=_seconds(where, raw, "max_retry_after_s", defaults.max_retry_after_s),
         ),
     )
+
+
+def _models(where: str, kind: str, raw: Any, currency: str) -> dict[str, ModelInfo]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}.models must be a table of models")
+    models = {}
+    for model, info in raw.items():
+        at = f'{where}.models."{model}"'
+        if kind == "local" and model not in LOCAL_MODELS:
+            # The local provider answers only these; a table for another name is a typo.
+            raise ValueError(f"{at}: a local provider's models are {', '.join(LOCAL_MODELS)}")
+        if not isinstance(info, dict) or set(info) - {*_LIMITS, *_PRICES}:
+            raise ValueError(f"{at} may set {', '.join(_LIMITS + _PRICES)} only")
+        limits = {key: _limit(at, key, info[key]) for key in _LIMITS if key in info}
+        models[model] = ModelInfo(**limits, prices=_prices(at, info, currency))
+    return models
+
+
+def _limit(at: str, key: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        number = -1
+    if isinstance(value, bool) or number < 0:
+        raise ValueError(f"{at}.{key} must be a whole number of tokens, got {value!r}")
+    return number
+
+
+def _prices(at: str, info: dict[str, Any], currency: str) -> Prices | None:
+    """A model's prices, or None when it sets none; input and output come together."""
+    given = {key: _price(at, key, info[key]) for key in _PRICES if key in info}
+    if not given:
+        return None
+    missing = [key for key in _PRICES[:2] if key not in given]
+    if missing:
+        raise ValueError(
+            f"{at}: {' and '.join(missing)} missing; a model's prices need both "
+            "input_price and output_price"
+        )
+    return Prices(
+        input=given["input_price"],
+        output=given["output_price"],
+        cached_input=given.get("cached_input_price"),
+        cache_write=given.get("cache_write_price"),
+        currency=currency,
+    )
+
+
+def _price(at: str, key: str, value: Any) -> Decimal:
+    if not isinstance(value, str):
+        # A TOML float is binary: 0.15 is not 0.15, and money must be exact.
+        raise ValueError(
+            f'{at}.{key}: prices are decimal strings, e.g. input_price = "0.15", '
+            f"never floats; got {value!r}"
+        )
+    try:
+        price = Decimal(value)
+    except InvalidOperation:
+        price = None
+    if price is None or not price.is_finite() or not 0 <= price <= MAX_PRICE:
+        raise ValueError(
+            f"{at}.{key} must be a decimal price per million tokens from 0 to {MAX_PRICE}, "
+            f'e.g. "0.15"; got {value!r}'
+        )
+    return price
 
 
 def _seconds(where: str, raw: dict[str, Any], key: str, default: float) -> float:

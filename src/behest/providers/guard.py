@@ -66,7 +66,12 @@ def well_formed(delta: Delta) -> bool:
         case ToolCallArguments(call_id, fragment):
             return isinstance(call_id, str) and isinstance(fragment, str)
         case Finished(reason, usage):
-            counts = (usage.input_tokens, usage.output_tokens)
+            counts = (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cached_input_tokens,
+                usage.cache_write_tokens,
+            )
             return isinstance(reason, FinishReason) and all(
                 type(n) is int and 0 <= n <= _MAX_TOKENS for n in counts
             )

@@ -23,10 +23,14 @@ retry); once the steps run out it answers "done". A step's fields, all optional:
                           tool_results (this turn's tool messages), tools (offered tools and
                           tool_choice), history (the transcript's roles), instructions,
                           summary (the compaction summary the model was given)
+    usage         object  {"input": N, "output": N, "cached_input": N, "cache_write": N}:
+                          the call's exact usage instead of the estimate (cache tokens, costs
+                          and budgets offline); each an integer from 0 to 1,000,000,000,
+                          those left out 0
 
-Usage is a deterministic estimate: input tokens = (characters of every request message's
-text and tool-call arguments) // 4 + 1; output tokens = the number of text chunks and
-tool-argument fragments streamed.
+Otherwise usage is a deterministic estimate: input tokens = (characters of every request
+message's text and tool-call arguments) // 4 + 1; output tokens = the number of text chunks
+and tool-argument fragments streamed; no cache tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from behest.errors import (
     ContextOverflowError,
     InvalidArgument,
     PermanentProviderError,
+    RateLimited,
     TransientProviderError,
     quote,
 )
@@ -62,6 +67,7 @@ KNOWN_MODELS = ("echo", "script")
 MAX_DELTAS = 1_000_000
 MAX_DELAY_MS = 600_000
 MAX_RETRY_AFTER_S = 86_400
+MAX_USAGE_TOKENS = 10**9
 
 # Small enough that every tool call streams as several fragments, as real providers do.
 ARGUMENT_FRAGMENT_CHARS = 8
@@ -75,8 +81,15 @@ _FINISH = {
 _ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
 _SAYINGS = ("tool_results", "tools", "history", "instructions", "summary")
 _STEP_FIELDS = frozenset(
-    {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish", "say"}
+    {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish", "say", "usage"}
 )
+# A step's usage fields → TokenUsage's.
+_USAGE_FIELDS = {
+    "input": "input_tokens",
+    "output": "output_tokens",
+    "cached_input": "cached_input_tokens",
+    "cache_write": "cache_write_tokens",
+}
 _SCRIPT_SHAPE = (
     'expected a JSON object {"steps": [{"text": "...", "tool_calls": [{"name": "...", '
     '"arguments": {...}}], "delay_ms": 0, "error": "...", "finish": "stop"}, ...]}'
@@ -95,6 +108,7 @@ class ScriptStep:
     retry_after_s: float | None = None
     finish: FinishReason | None = None
     say: str = ""
+    usage: TokenUsage | None = None  # None: the estimate
 
 
 class LocalProvider:
@@ -161,15 +175,16 @@ class LocalProvider:
         reason = step.finish
         if reason is None:
             reason = FinishReason.TOOL_CALLS if step.tool_calls else FinishReason.STOP
+        usage = step.usage
+        if usage is None:
+            usage = TokenUsage(_estimate_input_tokens(request.messages), output)
         await _pause(delay)
-        yield Finished(reason, TokenUsage(_estimate_input_tokens(request.messages), output))
+        yield Finished(reason, usage)
 
     def _error(self, step: ScriptStep) -> Exception:
         match step.error:
             case "rate_limited":
-                return TransientProviderError(
-                    self.name, "rate limited (429)", retry_after=step.retry_after_s
-                )
+                return RateLimited(self.name, "rate limited (429)", retry_after=step.retry_after_s)
             case "unavailable":
                 return TransientProviderError(self.name, "unavailable (503)")
             case "context_overflow":
@@ -242,6 +257,7 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
         retry_after_s=None if retry_after is None else float(retry_after),
         finish=None if finish is None else _FINISH[finish],
         say=say,
+        usage=_parse_usage(where, raw.get("usage")),
     )
 
 
@@ -258,6 +274,20 @@ def _parse_tool_calls(where: str, raw: object) -> tuple[tuple[str, str], ...]:
             arguments = json.dumps(arguments)
         calls.append((call["name"], arguments))
     return tuple(calls)
+
+
+def _parse_usage(where: str, raw: object) -> TokenUsage | None:
+    if raw is None:
+        return None
+    shape = ", ".join(f'"{name}": N' for name in _USAGE_FIELDS)
+    if not isinstance(raw, dict) or set(raw) - set(_USAGE_FIELDS):
+        raise _script_error(f"{where}.usage must be an object {{{shape}}}")
+    for name, value in raw.items():
+        if not _is_int(value) or not 0 <= value <= MAX_USAGE_TOKENS:
+            raise _script_error(
+                f"{where}.usage.{name} must be an integer from 0 to {MAX_USAGE_TOKENS}"
+            )
+    return TokenUsage(**{_USAGE_FIELDS[name]: value for name, value in raw.items()})
 
 
 def _script_error(problem: str) -> PermanentProviderError:

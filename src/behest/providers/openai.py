@@ -9,7 +9,11 @@ attempt. Vendor quirks handled here:
 - Tool calls stream by `index`; the id and name come in a call's first fragment, the
   arguments in later ones. Calls are assumed to stream one after another (as OpenAI does).
 - Usage arrives in a last chunk with no choices (`stream_options.include_usage`).
-- A 429 whose code is `insufficient_quota` will not pass by waiting: it is permanent.
+  `prompt_tokens` includes the prompt tokens read from OpenAI's prompt cache
+  (`prompt_tokens_details.cached_tokens`); behest counts those apart, as cached input tokens.
+  Cache writes are not split out: they stay in the input tokens.
+- A 429 whose code is `insufficient_quota` will not pass by waiting: it is permanent. Other
+  429s are RateLimited (transient); 401 and 403 are ProviderAuthErrors.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
 
 from behest.domain.messages import Message, Role
@@ -28,7 +33,10 @@ from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
+    ProviderAuthError,
     ProviderError,
+    QuotaExhausted,
+    RateLimited,
     TransientProviderError,
     describe,
 )
@@ -135,16 +143,14 @@ class OpenAIProvider:
         detail = f"HTTP {status}: {message}" if message else f"HTTP {status}"
         if status == 401:
             # OpenAI's message quotes part of the key; it stays out of events and logs.
-            return PermanentProviderError(self.name, f"authentication failed (HTTP {status})")
+            return ProviderAuthError(self.name, f"authentication failed (HTTP {status})")
         if status == 403:
-            return PermanentProviderError(self.name, f"permission denied ({detail})")
+            return ProviderAuthError(self.name, f"permission denied ({detail})")
         if status == 429 and exc.code == "insufficient_quota":
-            return PermanentProviderError(self.name, f"quota exhausted ({detail})")
+            return QuotaExhausted(self.name, f"quota exhausted ({detail})")
         retry_after = retry_after_s(exc.response.headers)
         if status == 429:
-            return TransientProviderError(
-                self.name, f"rate limited ({detail})", retry_after=retry_after
-            )
+            return RateLimited(self.name, f"rate limited ({detail})", retry_after=retry_after)
         if status in (408, 409) or status >= 500:
             return TransientProviderError(self.name, detail, retry_after=retry_after)
         if _is_overflow(exc.code, exc.type, message):
@@ -248,9 +254,7 @@ class ChunkReader:
     def feed(self, chunk: ChatCompletionChunk) -> list[Delta]:
         """The deltas of one chunk (only the first choice counts)."""
         if chunk.usage is not None:
-            self.usage = TokenUsage(
-                chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
-            )
+            self.usage = usage_of(chunk.usage)
         deltas: list[Delta] = []
         for choice in chunk.choices or ():
             if choice.index != 0:
@@ -308,6 +312,20 @@ class ChunkReader:
                 deltas += [ToolCallArguments(call.id, piece) for piece in call.pending]
                 call.pending.clear()
         return deltas
+
+
+def usage_of(usage: CompletionUsage) -> TokenUsage:
+    """Chat Completions usage with the cached prompt tokens (a part of prompt_tokens) apart."""
+    prompt = usage.prompt_tokens or 0
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    # A compatible server claiming more cached tokens than prompt tokens: trust the prompt.
+    cached = min(cached, prompt)
+    return TokenUsage(
+        input_tokens=prompt - cached,
+        output_tokens=usage.completion_tokens or 0,
+        cached_input_tokens=cached,
+    )
 
 
 # --- errors -----------------------------------------------------------------------------

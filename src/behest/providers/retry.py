@@ -42,14 +42,15 @@ class RetryPolicy:
     def delay_after(self, error: TransientProviderError, attempt: int) -> float:
         """How long to wait before the next attempt; raises the error to give up."""
         hint = error.retry_after or 0.0
+        # The error's own class (RateLimited stays RateLimited): how the run fails says why.
         if hint > self.max_retry_after_s:
-            raise TransientProviderError(
+            raise type(error)(
                 error.provider,
                 f"{reason(error)}; it asks to retry after {hint:g} s, longer than behest "
                 f"waits ({self.max_retry_after_s:g} s)",
             ) from error
         if attempt >= self.max_attempts:
-            raise TransientProviderError(
+            raise type(error)(
                 error.provider, f"{reason(error)}; gave up after {attempt} attempts"
             ) from error
         return max(self.backoff_s(attempt), hint)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from behest.domain.messages import Message
 from behest.domain.runs import Run
 from behest.events.log import RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
-from behest.runs.loop import AgentLoop, LoopLimits
+from behest.runs.loop import AgentLoop, LoopLimits, SpendLimits
 from behest.runs.summariser import Summariser
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
@@ -25,12 +27,14 @@ class LoopBuilder:
         tools: ToolRegistry,
         limits: LoopLimits,
         compaction_settings: CompactionSettings,
+        spend_limits: Callable[[str], SpendLimits] | None = None,
     ) -> None:
         self._store = store
         self._providers = providers
         self._tools = tools
         self._limits = limits
         self._compaction_settings = compaction_settings
+        self._spend_limits = spend_limits or (lambda tenant: SpendLimits())
 
     async def loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:
         """The run's loop, with compaction as configured now (later updates: later runs).
@@ -45,6 +49,7 @@ class LoopBuilder:
             limits=self._limits,
             compactor=await self._compactor(run, run_log),
             transcript=transcript,
+            spend_limits=self._spend_limits(run.tenant),
         )
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:

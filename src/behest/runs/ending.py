@@ -16,6 +16,19 @@ from dataclasses import dataclass
 from behest.domain import events as ev
 from behest.domain.messages import Message
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.spend import CancelSource, FailureCode, Money
+from behest.errors import (
+    BehestError,
+    ContextOverflowError,
+    InvalidArgument,
+    NotFound,
+    ProviderAuthError,
+    ProviderError,
+    QuotaExhausted,
+    RateLimited,
+    RunStopped,
+    TransientProviderError,
+)
 from behest.events.log import EventLog, RunLog
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
@@ -36,6 +49,7 @@ class Ending:
     status: RunStatus
     finish_reason: FinishReason = FinishReason.UNSPECIFIED
     error: str = ""
+    failure_code: FailureCode = FailureCode.UNSPECIFIED
 
     @staticmethod
     def completed(finish_reason: FinishReason, iterations: int) -> Ending:
@@ -46,12 +60,18 @@ class Ending:
         )
 
     @staticmethod
-    def failed(error: str) -> Ending:
-        return Ending(ev.RunFailed(error), RunStatus.FAILED, error=error)
+    def failed(error: str, code: FailureCode) -> Ending:
+        return Ending(ev.RunFailed(error, code), RunStatus.FAILED, error=error, failure_code=code)
 
     @staticmethod
-    def cancelled() -> Ending:
-        return Ending(ev.RunCancelled(), RunStatus.CANCELLED)
+    def failed_by(exc: BehestError) -> Ending:
+        """The end of a run that raised one of behest's errors."""
+        return Ending.failed(str(exc), failure_code(exc))
+
+    @staticmethod
+    def cancelled(cancel: Cancel) -> Ending:
+        payload = ev.RunCancelled(cancel.by, cancel.reason, cancel.source)
+        return Ending(payload, RunStatus.CANCELLED)
 
     @property
     def why(self) -> str:
@@ -62,6 +82,44 @@ class Ending:
             case ev.RunFailed(error):
                 return f"the run failed ({error})"
         return "the run ended"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Who asked for a run to be cancelled, and why."""
+
+    by: str = ""
+    reason: str = ""
+    source: CancelSource = CancelSource.CALLER
+
+
+def failure_code(exc: BehestError) -> FailureCode:
+    """Why a run that raised `exc` failed: the one table of failure codes."""
+    match exc:
+        case RunStopped():
+            return exc.code
+        case RateLimited() | QuotaExhausted():
+            return FailureCode.RATE_LIMITED
+        case ProviderAuthError():
+            return FailureCode.AUTHENTICATION
+        case ContextOverflowError():
+            return FailureCode.CONTEXT_OVERFLOW
+        case TransientProviderError():
+            return FailureCode.PROVIDER_UNAVAILABLE
+        case ProviderError():
+            return FailureCode.PROVIDER_ERROR
+        case InvalidArgument() | NotFound():  # its provider or model is no longer configured
+            return FailureCode.CONFIGURATION
+    return FailureCode.INTERNAL
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What a run did, as its end records it."""
+
+    iterations: int
+    usage: TokenUsage
+    cost: Money | None
 
 
 class RunEnder:
@@ -80,13 +138,15 @@ class RunEnder:
         position = 0 if progress is None else progress.next_position
         iterations = run.iterations if progress is None else progress.iteration
         usage = run.usage if progress is None else progress.usage
+        cost = run.cost if progress is None else progress.cost
         for attempt in itertools.count(1):
             try:
                 if messages is None:
                     await run_log.resync(self._store)
                     messages = await self._store.session_messages(run.session_id)
                     position = messages[-1].position + 1 if messages else 0
-                await self._write(run, run_log, ending, messages, position, iterations, usage)
+                spent = Spent(iterations, usage, cost)
+                await self._write(run, run_log, ending, messages, position, spent)
                 return
             except Exception:
                 messages = None
@@ -117,8 +177,7 @@ class RunEnder:
         ending: Ending,
         messages: list[Message],
         position: int,
-        iterations: int,
-        usage: TokenUsage,
+        spent: Spent,
     ) -> None:
         """The terminal step, awaited until durable."""
         closing = closing_results(
@@ -127,10 +186,12 @@ class RunEnder:
         final = UpdateRun(
             run_id=run.id,
             status=ending.status,
-            iterations=iterations,
-            usage=usage,
+            iterations=spent.iterations,
+            usage=spent.usage,
             finish_reason=ending.finish_reason,
             error=ending.error,
+            failure_code=ending.failure_code,
+            cost=spent.cost,
         )
         done = await run_log.emit(
             *[ev.ToolMessageCommitted(m.id) for m in closing],

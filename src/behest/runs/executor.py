@@ -20,6 +20,7 @@ from opentelemetry import trace
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import FailureCode
 from behest.errors import (
     Aborted,
     BehestError,
@@ -32,7 +33,7 @@ from behest.errors import (
 from behest.events.log import EventLog, RunLog
 from behest.runs.builder import LoopBuilder
 from behest.runs.creation import commit_creation, new_run
-from behest.runs.ending import Ending, RunEnder
+from behest.runs.ending import Cancel, Ending, RunEnder
 from behest.runs.leases import Leases
 from behest.runs.owned import Held, OwnedRun
 from behest.runs.progress import RunProgress
@@ -197,7 +198,7 @@ class Executor:
         self._start(created.run, handle, span, 1, snapshot=snapshot, transcript=known)
         return created
 
-    async def cancel(self, run_id: str) -> RunStatus:
+    async def cancel(self, run_id: str, cancel: Cancel) -> RunStatus:
         """Cancel a run; returns CANCELLED once RunCancelled is durable (or was already).
 
         A run whose end was decided otherwise first (it completed or failed) is
@@ -212,9 +213,9 @@ class Executor:
             if handle is None:
                 if run.status.is_terminal:
                     return _cancelled(run_id, run.status)
-                final = await self._end_unowned(run, Ending.cancelled())
+                final = await self._end_unowned(run, Ending.cancelled(cancel))
             else:
-                handle.request_cancel()
+                handle.request_cancel(cancel)
                 final = await handle.wait_end(run_id, CANCEL_WAIT_S)
             if final is not None:
                 return _cancelled(run_id, final)
@@ -235,7 +236,7 @@ class Executor:
         if run.status.is_terminal:
             raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
         reason = "abandoned: its snapshot was deleted while the run was interrupted"
-        final = await self._end_unowned(run, Ending.failed(reason))
+        final = await self._end_unowned(run, Ending.failed(reason, FailureCode.ABANDONED))
         if final != RunStatus.FAILED:
             raise FailedPrecondition(f"run {run_id} ended {final.name if final else 'elsewhere'}")
 
@@ -435,15 +436,15 @@ class Executor:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            ending = Ending.cancelled()
+            ending = Ending.cancelled(handle.cancel)
         except BehestError as exc:
-            ending = Ending.failed(str(exc))
+            ending = Ending.failed_by(exc)
         except Exception:
             trace_id, _ = current_trace_ids()
             log.exception("run %s crashed", run.id)
-            ending = Ending.failed(f"internal error (trace id {trace_id})")
+            ending = Ending.failed(f"internal error (trace id {trace_id})", FailureCode.INTERNAL)
         if handle.cancel_requested:
-            ending = Ending.cancelled()
+            ending = Ending.cancelled(handle.cancel)
         handle.decided = ending.status
         return ending, progress
 

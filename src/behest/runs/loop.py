@@ -16,13 +16,15 @@ from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolChoice
 from behest.domain.snapshots import Snapshot
-from behest.errors import ContextOverflowError, FailedPrecondition, TransientProviderError
+from behest.domain.spend import FailureCode, RunBudget
+from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
 from behest.events.log import RunLog
 from behest.providers.base import ModelRequest, Provider, ToolDefinition
 from behest.providers.config import ProviderConfig
 from behest.providers.guard import guarded_stream
 from behest.providers.retry import reason, with_retries
 from behest.runs import compaction
+from behest.runs.budget import Budget, DailyCaps
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.runs.progress import RunProgress
@@ -44,6 +46,14 @@ class LoopLimits:
     compaction_cooldown_s: float = 300.0
     coalesce_text_deltas: bool = True
     waits: WaitPolicy = field(default_factory=WaitPolicy)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendLimits:
+    """The run's tenant's budget defaults and daily caps (tenancy.py)."""
+
+    run_budget: RunBudget = field(default_factory=RunBudget)
+    daily: DailyCaps = field(default_factory=DailyCaps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +80,7 @@ class AgentLoop:
         limits: LoopLimits,
         compactor: Compactor | None = None,
         transcript: list[Message] | None = None,
+        spend_limits: SpendLimits | None = None,
     ) -> None:
         """`transcript`: the session's messages, when the caller knows them (a new session)."""
         self._run = run
@@ -80,7 +91,9 @@ class AgentLoop:
         self._compactor = compactor
         self._retry = provider_config.retry
         self._timeout_s = provider_config.timeout_s
-        self._max_output_tokens = provider_config.model_info(run.model).max_output_tokens
+        model = provider_config.model_info(run.model)
+        self._max_output_tokens = model.max_output_tokens
+        self._prices = getattr(model, "prices", None)
         self._tools = tools
         self._limits = limits
         self._max_iterations = run.max_iterations or limits.max_iterations
@@ -98,6 +111,16 @@ class AgentLoop:
             concurrency=limits.tool_concurrency,
         )
         self._doom_loop = DoomLoopDetector()
+        limits_of_tenant = spend_limits or SpendLimits()
+        self._budget = Budget(
+            run=run,
+            budget=run.budget.over(limits_of_tenant.run_budget),
+            daily=limits_of_tenant.daily,
+            prices=self._prices,
+            progress=self.progress,
+            log=log,
+            store=store,
+        )
 
     async def run(self, snapshot: Snapshot | None = None) -> Outcome | Waiting:
         """Run to the final answer, or until the run waits for answers from outside; with a
@@ -111,9 +134,10 @@ class AgentLoop:
                 return stopped
         while True:
             if progress.iteration >= self._max_iterations:
-                raise FailedPrecondition(
+                raise RunStopped(
                     f"max iterations reached: the model still wanted tools after "
-                    f"{self._max_iterations} iterations"
+                    f"{self._max_iterations} iterations",
+                    FailureCode.MAX_ITERATIONS,
                 )
             progress.iteration += 1
             if self._compactor is not None:
@@ -126,8 +150,10 @@ class AgentLoop:
             )
             turn = await self._call_model()
             await self._persist(turn)
+            await self._budget.after_usage()
             if not turn.calls:
                 return Outcome(turn.finish_reason, progress.iteration, progress.usage)
+            await self._budget.before_tools()
             await self._check_doom_loop(turn.calls)
             waiting = await self._waits.hold(turn.calls, self._offered)
             if waiting is not None:
@@ -187,9 +213,10 @@ class AgentLoop:
         for call in pending:
             tool = self._tools.get(call.name)
             if call.id in snapshot.pending_tool_calls and (tool is None or not tool.idempotent):
-                raise FailedPrecondition(
+                raise RunStopped(
                     f"tool {call.name!r} was executing when the server stopped; its outcome "
-                    "is unknown and it is not idempotent, so it is not run again"
+                    "is unknown and it is not idempotent, so it is not run again",
+                    FailureCode.TOOL_OUTCOME_UNKNOWN,
                 )
         await self._tool_runner.run(pending, await self._waits.results(pending))
 
@@ -197,11 +224,12 @@ class AgentLoop:
         """The model's answer becomes the session's next message, with its usage."""
         progress = self.progress
         message = progress.message(Role.ASSISTANT, turn.text, tool_calls=tuple(turn.calls))
-        progress.usage += turn.usage
+        cost = progress.spend(turn.usage, self._prices)
+        progress.tool_calls += len(turn.calls)
         progress.finish_reason = turn.finish_reason
         await self._log.emit(
             ev.AssistantMessageCommitted(message.id),
-            ev.UsageRecorded(turn.usage),
+            ev.UsageRecorded(turn.usage, cost),
             state=[AppendMessage(message), *progress.state(RunStatus.PERSISTING)],
         )
         progress.remember(message)
@@ -230,6 +258,7 @@ class AgentLoop:
 
     async def _attempt(self, attempt: int) -> Turn:
         """One attempt of a model call, announced by its own ModelStarted."""
+        allowed = await self._budget.before_call(self._max_output_tokens)
         self.progress.model_calls += 1
         await self._log.emit(
             ev.ModelStarted(self._run.provider, self._run.model, self.progress.iteration),
@@ -244,16 +273,16 @@ class AgentLoop:
                 "behest.attempt": attempt,
             },
         ):
-            return await self._stream_turn()
+            return await self._stream_turn(allowed)
 
-    async def _stream_turn(self) -> Turn:
+    async def _stream_turn(self, max_output_tokens: int) -> Turn:
         request = ModelRequest(
             model=self._run.model,
             messages=compaction.context(self.progress.transcript),
             tools=self._definitions(),
             tool_choice=self._tool_choice(),
             instructions=self._run.instructions,
-            max_output_tokens=self._max_output_tokens,
+            max_output_tokens=max_output_tokens,
             call_number=self.progress.model_calls,
         )
         turn = TurnAssembler(self._log, coalesce_text=self._limits.coalesce_text_deltas)
@@ -300,4 +329,4 @@ class AgentLoop:
             description = self._doom_loop.observe(call)
             if description:
                 await self._log.emit(ev.DoomLoopDetected(description))
-                raise FailedPrecondition(f"doom loop detected: {description}")
+                raise RunStopped(f"doom loop detected: {description}", FailureCode.DOOM_LOOP)

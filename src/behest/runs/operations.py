@@ -1,8 +1,8 @@
-"""Operations: what the three agent.v1 services ask of behest, in domain terms.
+"""Operations: what the four agent.v1 services ask of behest, in domain terms.
 
-One method per RPC of RunService, CompactionService and SnapshotService, over the executor
-(runs), the store (reads), the event log (streams), the compaction settings, and the
-registries of providers and tools (what a request may name).
+One method per RPC of RunService, CompactionService, SnapshotService and UsageService, over
+the executor (runs), the store (reads), the event log (streams), the compaction settings, and
+the registries of providers and tools (what a request may name).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from behest.domain.events import Event
 from behest.domain.messages import Role
 from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import DailyUsage
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
+from behest.runs.ending import Cancel
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
 from behest.store.base import Store
@@ -69,6 +71,9 @@ class Operations:
 
     def tool_names(self) -> list[str]:
         return self._tools.names()
+
+    def has_prices(self, provider: str, model: str) -> bool:
+        return getattr(self._providers.model_info(provider, model), "prices", None) is not None
 
     # --- runs ---------------------------------------------------------------------------
 
@@ -123,9 +128,9 @@ class Operations:
         messages = [m for m in await self._store.run_messages(run_id) if m.role == Role.ASSISTANT]
         return RunOutput(run=run, messages=messages)
 
-    async def cancel(self, caller: Caller, run_id: str) -> RunStatus:
+    async def cancel(self, caller: Caller, run_id: str, *, reason: str = "") -> RunStatus:
         await self.get(caller, run_id)
-        return await self._executor.cancel(run_id)
+        return await self._executor.cancel(run_id, Cancel(caller.principal, reason))
 
     # --- runs that wait ---------------------------------------------------------------------
 
@@ -161,6 +166,16 @@ class Operations:
         self._tenants.move_to_end(run.id)
         if len(self._tenants) > REMEMBERED_RUNS:
             self._tenants.popitem(last=False)
+
+    # --- spend --------------------------------------------------------------------------
+
+    async def usage(
+        self, caller: Caller, *, session_id: str | None, from_day: str, to_day: str
+    ) -> list[DailyUsage]:
+        """The tenant's tokens and cost per UTC day (of runs created that day)."""
+        return await self._store.daily_usage(
+            tenant=caller.tenant, session_id=session_id, from_day=from_day, to_day=to_day
+        )
 
     # --- snapshots ----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from behest.domain.runs import RunStatus
 from behest.errors import DeadlineExceeded, Unavailable
+from behest.runs.ending import Cancel
 
 
 @dataclass(slots=True, eq=False)
@@ -24,17 +25,19 @@ class OwnedRun:
     task: asyncio.Task[None] | None = None
     started: bool = False  # the task's body runs, so a task.cancel() reaches its handler
     cancel_requested: bool = False
+    cancel: Cancel = field(default_factory=Cancel)  # who asked, and why
     decided: RunStatus | None = None
     final: RunStatus | None = None  # the terminal status, once durable
     problem: str = ""  # why the run left this process without a durable end
     rewake: bool = False  # answers came while it paused: take it up again once it left
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def request_cancel(self) -> None:
+    def request_cancel(self, cancel: Cancel) -> None:
         """Ask the run to end cancelled, unless its end is decided already."""
         if self.decided is not None or self.cancel_requested:
             return
         self.cancel_requested = True
+        self.cancel = cancel
         if self.started and self.task is not None:
             self.task.cancel()
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import Money, Prices
 from behest.runs.compactor import Compacted
 from behest.store.base import PutSnapshot, Store, UpdateRun, Write
 
@@ -29,6 +30,8 @@ class RunProgress:
         self.iteration = 0
         self.model_calls = 0
         self.usage = TokenUsage()
+        self.cost: Money | None = None
+        self.tool_calls = 0
         self.finish_reason = FinishReason.UNSPECIFIED
         self.executing: set[str] = set()
 
@@ -42,6 +45,16 @@ class RunProgress:
         """Take the counters of a snapshot (a run resumed after a crash or shutdown)."""
         self.iteration, self.model_calls = snapshot.iteration, snapshot.model_calls
         self.usage, self.finish_reason = snapshot.usage, snapshot.finish_reason
+        self.cost, self.tool_calls = snapshot.cost, snapshot.tool_calls
+
+    def spend(self, usage: TokenUsage, prices: Prices | None) -> Money | None:
+        """Count a model call's usage (and its cost, at `prices`); the call's cost."""
+        self.usage += usage
+        if prices is None:
+            return None
+        cost = usage.cost(prices)
+        self.cost = cost if self.cost is None else self.cost + cost
+        return cost
 
     def mine(self) -> list[Message]:
         """This run's messages of the transcript."""
@@ -88,7 +101,11 @@ class RunProgress:
         """The run's progress and snapshot, to commit with the step that reaches `status`."""
         return [
             UpdateRun(
-                run_id=self.run.id, status=status, iterations=self.iteration, usage=self.usage
+                run_id=self.run.id,
+                status=status,
+                iterations=self.iteration,
+                usage=self.usage,
+                cost=self.cost,
             ),
             PutSnapshot(
                 Snapshot(
@@ -101,6 +118,8 @@ class RunProgress:
                     model_calls=self.model_calls,
                     pending_tool_calls=tuple(sorted(self.executing)),
                     finish_reason=self.finish_reason,
+                    tool_calls=self.tool_calls,
+                    cost=self.cost,
                 )
             ),
         ]

@@ -98,9 +98,8 @@ class ToolRunner:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)
             duration_ms = int((time.monotonic() - began) * 1000)
             progress.executing.discard(call.id)
-            await self._record(
-                call, result, ev.ToolExecutionFinished(call.id, call.name, duration_ms)
-            )
+            finished = ev.ToolExecutionFinished(call.id, call.name, duration_ms, result.is_error)
+            await self._record(call, result, finished)
 
     async def _record(self, call: ToolCall, result: ToolResult, *events: ev.Payload) -> None:
         """The call's result becomes a tool message of the session, committed with `events`."""

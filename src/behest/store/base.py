@@ -12,6 +12,7 @@ from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import DailyUsage, FailureCode, Money
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 
 
@@ -35,6 +36,9 @@ class UpdateRun:
     usage: TokenUsage
     finish_reason: FinishReason = FinishReason.UNSPECIFIED
     error: str = ""
+    failure_code: FailureCode = FailureCode.UNSPECIFIED
+    # What the run cost so far (None: its model has no prices).
+    cost: Money | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +205,20 @@ class Store(Protocol):
         FailedPrecondition: the run ended, or a call was answered otherwise, timed out or
         expired by `now`. The same answer again is accepted and changes nothing. Returns the
         run's calls that still wait (unanswered, not expired)."""
+        ...
+
+    # --- spend (domain/spend.py) --------------------------------------------------------
+
+    async def daily_usage(
+        self, *, tenant: str, session_id: str | None, from_day: str, to_day: str
+    ) -> list[DailyUsage]:
+        """The tenant's runs created on each UTC day from `from_day` to `to_day` (YYYY-MM-DD,
+        both included; days without runs left out), summed: tokens of every kind and cost
+        (None when no run of the day had one; costs of one currency only)."""
+        ...
+
+    async def spent_since(self, *, tenant: str, since: datetime) -> tuple[int, Money | None]:
+        """Tokens and cost of the tenant's runs created at or after `since`."""
         ...
 
     async def always_allowed(self, session_id: str) -> frozenset[str]:

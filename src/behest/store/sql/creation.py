@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunStatus
+from behest.domain.spend import FailureCode
 from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
 from behest.store.base import BatchResult, NewRun, Write
 from behest.store.sql import rows
@@ -170,7 +171,12 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "finish_reason": int(FinishReason.UNSPECIFIED),
         "input_tokens": 0,
         "output_tokens": 0,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
         "error": "",
+        "failure_code": int(FailureCode.UNSPECIFIED),
+        "cost": None,
+        "currency": "",
         "traceparent": new.traceparent,
         "instructions": request.instructions,
         "tools": json.dumps(list(request.tools)),
@@ -179,4 +185,5 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "lease_expires_at": new.lease_until,
         "tenant": new.tenant,
         **rows.waits_to_columns(request.waits),
+        **rows.budget_to_columns(request.budget),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,7 @@ from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import FailureCode, Money, RunBudget
 from behest.domain.waits import Answer, ClientTool, Decision, PendingCall, WaitKind, WaitOptions
 from behest.events import codec
 
@@ -25,6 +27,11 @@ NO_WAITS_COLUMNS: Mapping[str, Any] = MappingProxyType(
         "approval_timeout_s": 0,
         "client_tool_timeout_s": 0,
     }
+)
+NO_BUDGET = RunBudget()
+# The columns of NO_BUDGET, likewise.
+NO_BUDGET_COLUMNS: Mapping[str, Any] = MappingProxyType(
+    {"max_tokens": 0, "max_tool_calls": 0, "max_wall_seconds": 0, "max_cost": None}
 )
 
 
@@ -52,7 +59,7 @@ def run_from_row(row: Any) -> Run:
         updated_at=utc(row.updated_at),
         iterations=row.iterations,
         finish_reason=FinishReason(row.finish_reason),
-        usage=TokenUsage(row.input_tokens, row.output_tokens),
+        usage=usage_from_row(row),
         error=row.error,
         traceparent=row.traceparent,
         instructions=row.instructions,
@@ -62,6 +69,58 @@ def run_from_row(row: Any) -> Run:
         lease_expires_at=row.lease_expires_at and utc(row.lease_expires_at),
         tenant=row.tenant,
         waits=waits_from_row(row),
+        budget=budget_from_row(row),
+        cost=money_from_row(row),
+        failure_code=FailureCode(row.failure_code),
+    )
+
+
+def usage_from_row(row: Any) -> TokenUsage:
+    """The tokens of a runs or snapshots row."""
+    return TokenUsage(
+        row.input_tokens, row.output_tokens, row.cached_input_tokens, row.cache_write_tokens
+    )
+
+
+def decimal_text(amount: Decimal | None) -> str | None:
+    """How an exact amount is stored: str(Decimal), which Decimal(text) reads back as is."""
+    return None if amount is None else str(amount)
+
+
+def money_to_columns(money: Money | None) -> tuple[str | None, str]:
+    """The cost and currency columns of a cost; NULL and '' for none."""
+    return (None, "") if money is None else (str(money.amount), money.currency)
+
+
+def money_from_row(row: Any) -> Money | None:
+    return None if row.cost is None else Money(Decimal(row.cost), row.currency)
+
+
+def budget_to_columns(budget: RunBudget) -> Mapping[str, Any]:
+    """The runs columns of a run's budget."""
+    if budget == NO_BUDGET:
+        return NO_BUDGET_COLUMNS
+    return {
+        "max_tokens": budget.max_tokens,
+        "max_tool_calls": budget.max_tool_calls,
+        "max_wall_seconds": budget.max_wall_seconds,
+        "max_cost": decimal_text(budget.max_cost),
+    }
+
+
+def budget_from_row(row: Any) -> RunBudget:
+    if (
+        not row.max_tokens
+        and not row.max_tool_calls
+        and not row.max_wall_seconds
+        and row.max_cost is None
+    ):
+        return NO_BUDGET  # frozen, so one instance serves every run without a budget
+    return RunBudget(
+        max_tokens=row.max_tokens,
+        max_tool_calls=row.max_tool_calls,
+        max_wall_seconds=row.max_wall_seconds,
+        max_cost=None if row.max_cost is None else Decimal(row.max_cost),
     )
 
 
@@ -213,6 +272,7 @@ def message_from_row(row: Any) -> Message:
 
 
 def snapshot_to_row(snapshot: Snapshot) -> dict[str, Any]:
+    cost, currency = money_to_columns(snapshot.cost)
     return {
         "run_id": snapshot.run_id,
         "session_id": snapshot.session_id,
@@ -224,6 +284,11 @@ def snapshot_to_row(snapshot: Snapshot) -> dict[str, Any]:
         "pending_tool_calls": json.dumps(list(snapshot.pending_tool_calls)),
         "updated_at": snapshot.updated_at,
         "finish_reason": int(snapshot.finish_reason),
+        "cached_input_tokens": snapshot.usage.cached_input_tokens,
+        "cache_write_tokens": snapshot.usage.cache_write_tokens,
+        "cost": cost,
+        "currency": currency,
+        "tool_calls": snapshot.tool_calls,
     }
 
 
@@ -233,11 +298,13 @@ def snapshot_from_row(row: Any) -> Snapshot:
         session_id=row.session_id,
         status=RunStatus(row.status),
         iteration=row.iteration,
-        usage=TokenUsage(row.input_tokens, row.output_tokens),
+        usage=usage_from_row(row),
         model_calls=row.model_calls,
         pending_tool_calls=tuple(json.loads(row.pending_tool_calls)),
         updated_at=utc(row.updated_at),
         finish_reason=FinishReason(row.finish_reason),
+        tool_calls=row.tool_calls,
+        cost=money_from_row(row),
     )
 
 

@@ -17,13 +17,14 @@ from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
 from behest.store.base import (
     BatchResult,
     NewRun,
     Write,
 )
-from behest.store.sql import rows, waits
+from behest.store.sql import rows, spend, waits
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
@@ -132,6 +133,26 @@ class SqlStore:
         params = {"b_session": session_id, "b_decision": int(Decision.ALLOW_ALWAYS)}
         async with self.engines.reader.connect() as conn:
             return frozenset((await conn.execute(waits.ALWAYS_ALLOWED, params)).scalars())
+
+    # --- spend (store/sql/spend.py) -------------------------------------------------------
+
+    async def daily_usage(
+        self, *, tenant: str, session_id: str | None, from_day: str, to_day: str
+    ) -> list[DailyUsage]:
+        """Usage per UTC day; a day whose costs are in several currencies has cost None."""
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(
+                spend.daily_usage,
+                tenant=tenant,
+                session_id=session_id,
+                from_day=from_day,
+                to_day=to_day,
+            )
+
+    async def spent_since(self, *, tenant: str, since: datetime) -> tuple[int, Money | None]:
+        """Tokens and cost since `since`; cost None if none, or in several currencies."""
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(spend.spent_since, tenant=tenant, since=since)
 
     # --- ownership of unfinished runs (leases) ------------------------------------------
 

@@ -81,8 +81,21 @@ runs = sa.Table(
     sa.Column("approve_side_effects", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("approval_timeout_s", sa.Integer, nullable=False, server_default="0"),
     sa.Column("client_tool_timeout_s", sa.Integer, nullable=False, server_default="0"),
+    # Spend (migration 0008, domain/spend.py): why it failed, the prompt cache's tokens
+    # (counted apart from input_tokens), its cost as an exact decimal string (NULL: its
+    # model has no prices; currency '' then), and its budget (0 or NULL: no limit).
+    sa.Column("failure_code", sa.SmallInteger, nullable=False, server_default="0"),
+    sa.Column("cached_input_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cost", sa.Text, nullable=True),
+    sa.Column("currency", sa.String(8), nullable=False, server_default=""),
+    sa.Column("max_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("max_tool_calls", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_wall_seconds", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_cost", sa.Text, nullable=True),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
+    # Also serves daily_usage and spent_since: a range of one tenant's created_at.
     sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
 )
 
@@ -131,6 +144,12 @@ snapshots = sa.Table(
     sa.Column("pending_tool_calls", sa.Text, nullable=False),
     sa.Column("updated_at", Ts, nullable=False),
     sa.Column("finish_reason", sa.SmallInteger, nullable=False, server_default="0"),
+    # Spend (migration 0008): as on runs, and the tool calls made so far.
+    sa.Column("cached_input_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cost", sa.Text, nullable=True),
+    sa.Column("currency", sa.String(8), nullable=False, server_default=""),
+    sa.Column("tool_calls", sa.Integer, nullable=False, server_default="0"),
 )
 
 # The tool calls runs wait for, and their answers (migration 0007; domain/waits.py). A row is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -50,8 +51,13 @@ _UPDATE_RUNS = (
         iterations=sa.bindparam("b_iterations"),
         input_tokens=sa.bindparam("b_input"),
         output_tokens=sa.bindparam("b_output"),
+        cached_input_tokens=sa.bindparam("b_cached"),
+        cache_write_tokens=sa.bindparam("b_cache_write"),
         finish_reason=sa.bindparam("b_finish"),
         error=sa.bindparam("b_error"),
+        failure_code=sa.bindparam("b_failure"),
+        cost=sa.bindparam("b_cost"),
+        currency=sa.bindparam("b_currency"),
         updated_at=sa.bindparam("b_now"),
     )
 )
@@ -136,23 +142,31 @@ def update_runs(conn: Connection, updates: list[UpdateRun]) -> None:
     if not updates:
         return
     now = rows.now()
-    params = [
-        {
-            "b_id": u.run_id,
-            "b_status": int(u.status),
-            "b_iterations": u.iterations,
-            "b_input": u.usage.input_tokens,
-            "b_output": u.usage.output_tokens,
-            "b_finish": int(u.finish_reason),
-            "b_error": u.error,
-            "b_now": now,
-        }
-        for u in updates
-    ]
-    conn.execute(_UPDATE_RUNS, params)
+    conn.execute(_UPDATE_RUNS, [_update_params(u, now) for u in updates])
     ended = [u.run_id for u in updates if u.status.is_terminal]
     if ended:
         conn.execute(_END_SESSIONS_RUNS, {"b_ended": ended, "b_now": now})
+
+
+def _update_params(update: UpdateRun, now: datetime) -> dict[str, Any]:
+    """The bind parameters of _UPDATE_RUNS for one run."""
+    usage = update.usage
+    cost, currency = rows.money_to_columns(update.cost)
+    return {
+        "b_id": update.run_id,
+        "b_status": int(update.status),
+        "b_iterations": update.iterations,
+        "b_input": usage.input_tokens,
+        "b_output": usage.output_tokens,
+        "b_cached": usage.cached_input_tokens,
+        "b_cache_write": usage.cache_write_tokens,
+        "b_finish": int(update.finish_reason),
+        "b_error": update.error,
+        "b_failure": int(update.failure_code),
+        "b_cost": cost,
+        "b_currency": currency,
+        "b_now": now,
+    }
 
 
 def expire_calls(conn: Connection, expiries: list[tuple[str, str]]) -> None:

@@ -137,23 +137,62 @@ class TokenUsage(_message.Message):
     INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
+    """Input tokens read neither from nor into the provider's prompt cache."""
     output_tokens: _builtins.int
     total_tokens: _builtins.int
+    """Every token: input, output, and (added in behest 0.6) cached and cache-write ones."""
+    cached_input_tokens: _builtins.int
+    """Added in behest 0.6. Input tokens read from the provider's prompt cache (OpenAI cached
+    tokens, Anthropic cache reads), apart from input_tokens.
+    """
+    cache_write_tokens: _builtins.int
+    """Added in behest 0.6. Input tokens written to the provider's prompt cache (Anthropic cache
+    creation), apart from input_tokens.
+    """
     def __init__(
         self,
         *,
         input_tokens: _builtins.int = ...,
         output_tokens: _builtins.int = ...,
         total_tokens: _builtins.int = ...,
+        cached_input_tokens: _builtins.int = ...,
+        cache_write_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_write_tokens", b"cache_write_tokens", "cached_input_tokens", b"cached_input_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TokenUsage: _TypeAlias = TokenUsage  # noqa: Y015
+
+@_typing.final
+class Cost(_message.Message):
+    """Added in behest 0.6: an amount of money, as a decimal string (never a float), e.g. "0.0042"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AMOUNT_FIELD_NUMBER: _builtins.int
+    CURRENCY_FIELD_NUMBER: _builtins.int
+    amount: _builtins.str
+    currency: _builtins.str
+    """ISO 4217 code of the configured prices, e.g. "USD"."""
+    def __init__(
+        self,
+        *,
+        amount: _builtins.str = ...,
+        currency: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount", b"amount", "currency", b"currency"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Cost: _TypeAlias = Cost  # noqa: Y015
 
 @_typing.final
 class ToolSpec(_message.Message):

@@ -21,6 +21,116 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _FailureCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FailureCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAILURE_CODE_UNSPECIFIED: _FailureCode.ValueType  # 0
+    FAILURE_CODE_PROVIDER_ERROR: _FailureCode.ValueType  # 1
+    """The provider refused the request (not retried): a bad request, a refused model."""
+    FAILURE_CODE_PROVIDER_UNAVAILABLE: _FailureCode.ValueType  # 2
+    """The provider kept failing (5xx, timeouts, broken streams) until the retries ran out."""
+    FAILURE_CODE_RATE_LIMITED: _FailureCode.ValueType  # 3
+    """The provider kept answering 429 (or its quota is spent)."""
+    FAILURE_CODE_AUTHENTICATION: _FailureCode.ValueType  # 4
+    """The provider refused behest's credentials."""
+    FAILURE_CODE_CONTEXT_OVERFLOW: _FailureCode.ValueType  # 5
+    """The context did not fit the model, even compacted."""
+    FAILURE_CODE_MAX_ITERATIONS: _FailureCode.ValueType  # 6
+    FAILURE_CODE_DOOM_LOOP: _FailureCode.ValueType  # 7
+    FAILURE_CODE_BUDGET_EXCEEDED: _FailureCode.ValueType  # 8
+    """A budget of the run, or its tenant's daily cap, ran out (see BudgetExceededEvent)."""
+    FAILURE_CODE_TOOL_OUTCOME_UNKNOWN: _FailureCode.ValueType  # 9
+    """A tool without idempotency was running when the server stopped."""
+    FAILURE_CODE_ABANDONED: _FailureCode.ValueType  # 10
+    """Its snapshot was deleted while it was interrupted (DeleteSnapshot)."""
+    FAILURE_CODE_CONFIGURATION: _FailureCode.ValueType  # 11
+    """Its provider or model is no longer configured."""
+    FAILURE_CODE_INTERNAL: _FailureCode.ValueType  # 12
+    """Anything else; the error names a trace id to find it in the log."""
+
+class FailureCode(_FailureCode, metaclass=_FailureCodeEnumTypeWrapper):
+    """Added in behest 0.6: why a run failed."""
+
+FAILURE_CODE_UNSPECIFIED: FailureCode.ValueType  # 0
+FAILURE_CODE_PROVIDER_ERROR: FailureCode.ValueType  # 1
+"""The provider refused the request (not retried): a bad request, a refused model."""
+FAILURE_CODE_PROVIDER_UNAVAILABLE: FailureCode.ValueType  # 2
+"""The provider kept failing (5xx, timeouts, broken streams) until the retries ran out."""
+FAILURE_CODE_RATE_LIMITED: FailureCode.ValueType  # 3
+"""The provider kept answering 429 (or its quota is spent)."""
+FAILURE_CODE_AUTHENTICATION: FailureCode.ValueType  # 4
+"""The provider refused behest's credentials."""
+FAILURE_CODE_CONTEXT_OVERFLOW: FailureCode.ValueType  # 5
+"""The context did not fit the model, even compacted."""
+FAILURE_CODE_MAX_ITERATIONS: FailureCode.ValueType  # 6
+FAILURE_CODE_DOOM_LOOP: FailureCode.ValueType  # 7
+FAILURE_CODE_BUDGET_EXCEEDED: FailureCode.ValueType  # 8
+"""A budget of the run, or its tenant's daily cap, ran out (see BudgetExceededEvent)."""
+FAILURE_CODE_TOOL_OUTCOME_UNKNOWN: FailureCode.ValueType  # 9
+"""A tool without idempotency was running when the server stopped."""
+FAILURE_CODE_ABANDONED: FailureCode.ValueType  # 10
+"""Its snapshot was deleted while it was interrupted (DeleteSnapshot)."""
+FAILURE_CODE_CONFIGURATION: FailureCode.ValueType  # 11
+"""Its provider or model is no longer configured."""
+FAILURE_CODE_INTERNAL: FailureCode.ValueType  # 12
+"""Anything else; the error names a trace id to find it in the log."""
+Global___FailureCode: _TypeAlias = FailureCode  # noqa: Y015
+
+class _CancelSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CancelSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CancelSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CANCEL_SOURCE_UNSPECIFIED: _CancelSource.ValueType  # 0
+    CANCEL_SOURCE_CALLER: _CancelSource.ValueType  # 1
+    """A caller's CancelRun."""
+    CANCEL_SOURCE_PARENT_RUN: _CancelSource.ValueType  # 2
+    """Its parent run was cancelled (sub-agent runs)."""
+
+class CancelSource(_CancelSource, metaclass=_CancelSourceEnumTypeWrapper):
+    """Added in behest 0.6: who had a run cancelled."""
+
+CANCEL_SOURCE_UNSPECIFIED: CancelSource.ValueType  # 0
+CANCEL_SOURCE_CALLER: CancelSource.ValueType  # 1
+"""A caller's CancelRun."""
+CANCEL_SOURCE_PARENT_RUN: CancelSource.ValueType  # 2
+"""Its parent run was cancelled (sub-agent runs)."""
+Global___CancelSource: _TypeAlias = CancelSource  # noqa: Y015
+
+class _BudgetKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BudgetKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BudgetKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BUDGET_KIND_UNSPECIFIED: _BudgetKind.ValueType  # 0
+    BUDGET_KIND_TOKENS: _BudgetKind.ValueType  # 1
+    BUDGET_KIND_TOOL_CALLS: _BudgetKind.ValueType  # 2
+    BUDGET_KIND_WALL_TIME: _BudgetKind.ValueType  # 3
+    BUDGET_KIND_COST: _BudgetKind.ValueType  # 4
+    BUDGET_KIND_DAILY_TOKENS: _BudgetKind.ValueType  # 5
+    """The tenant's tokens of the day (UTC), over all its runs."""
+    BUDGET_KIND_DAILY_COST: _BudgetKind.ValueType  # 6
+    """The tenant's cost of the day (UTC), over all its runs."""
+
+class BudgetKind(_BudgetKind, metaclass=_BudgetKindEnumTypeWrapper):
+    """Added in behest 0.6: which budget ran out."""
+
+BUDGET_KIND_UNSPECIFIED: BudgetKind.ValueType  # 0
+BUDGET_KIND_TOKENS: BudgetKind.ValueType  # 1
+BUDGET_KIND_TOOL_CALLS: BudgetKind.ValueType  # 2
+BUDGET_KIND_WALL_TIME: BudgetKind.ValueType  # 3
+BUDGET_KIND_COST: BudgetKind.ValueType  # 4
+BUDGET_KIND_DAILY_TOKENS: BudgetKind.ValueType  # 5
+"""The tenant's tokens of the day (UTC), over all its runs."""
+BUDGET_KIND_DAILY_COST: BudgetKind.ValueType  # 6
+"""The tenant's cost of the day (UTC), over all its runs."""
+Global___BudgetKind: _TypeAlias = BudgetKind  # noqa: Y015
+
 class _ApprovalDecision:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -102,6 +212,7 @@ class AgentEvent(_message.Message):
     APPROVAL_RESOLVED_FIELD_NUMBER: _builtins.int
     CLIENT_TOOL_REQUESTED_FIELD_NUMBER: _builtins.int
     CLIENT_TOOL_ANSWERED_FIELD_NUMBER: _builtins.int
+    BUDGET_EXCEEDED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -162,6 +273,10 @@ class AgentEvent(_message.Message):
     @_builtins.property
     def client_tool_answered(self) -> Global___ClientToolAnsweredEvent: ...
     @_builtins.property
+    def budget_exceeded(self) -> Global___BudgetExceededEvent:
+        """Added in behest 0.6: a budget of the run (or its tenant's daily cap) ran out."""
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -191,15 +306,16 @@ class AgentEvent(_message.Message):
         approval_resolved: Global___ApprovalResolvedEvent | None = ...,
         client_tool_requested: Global___ClientToolRequestedEvent | None = ...,
         client_tool_answered: Global___ClientToolAnsweredEvent | None = ...,
+        budget_exceeded: Global___BudgetExceededEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -388,19 +504,23 @@ class ToolExecutionFinishedEvent(_message.Message):
     CALL_ID_FIELD_NUMBER: _builtins.int
     TOOL_NAME_FIELD_NUMBER: _builtins.int
     DURATION_MS_FIELD_NUMBER: _builtins.int
+    IS_ERROR_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     tool_name: _builtins.str
     duration_ms: _builtins.int
+    is_error: _builtins.bool
+    """Added in behest 0.6. The tool failed (its result is an error the model sees)."""
     def __init__(
         self,
         *,
         call_id: _builtins.str = ...,
         tool_name: _builtins.str = ...,
         duration_ms: _builtins.int = ...,
+        is_error: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "duration_ms", b"duration_ms", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "duration_ms", b"duration_ms", "is_error", b"is_error", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -449,16 +569,22 @@ class UsageRecordedEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     USAGE_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def usage(self) -> _common_pb2.TokenUsage: ...
+    @_builtins.property
+    def cost(self) -> _common_pb2.Cost:
+        """Added in behest 0.6. What the model call cost, when the model's prices are configured."""
+
     def __init__(
         self,
         *,
         usage: _common_pb2.TokenUsage | None = ...,
+        cost: _common_pb2.Cost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -491,15 +617,19 @@ class RunFailedEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ERROR_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
     error: _builtins.str
+    code: Global___FailureCode.ValueType
+    """Added in behest 0.6. Why, for clients to branch on (the error says it in words)."""
     def __init__(
         self,
         *,
         error: _builtins.str = ...,
+        code: Global___FailureCode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "error", b"error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -509,16 +639,93 @@ Global___RunFailedEvent: _TypeAlias = RunFailedEvent  # noqa: Y015
 class RunCancelledEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    CANCELLED_BY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    cancelled_by: _builtins.str
+    """Added in behest 0.6. The principal that cancelled the run (empty: unknown)."""
+    reason: _builtins.str
+    """Added in behest 0.6. The reason it gave, if any."""
+    source: Global___CancelSource.ValueType
+    """Added in behest 0.6."""
     def __init__(
         self,
+        *,
+        cancelled_by: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        source: Global___CancelSource.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled_by", b"cancelled_by", "reason", b"reason", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunCancelledEvent: _TypeAlias = RunCancelledEvent  # noqa: Y015
+
+@_typing.final
+class RunBudget(_message.Message):
+    """Added in behest 0.6: a run's spending limits. Zero or empty: no limit (or the tenant's
+    default).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_WALL_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_COST_FIELD_NUMBER: _builtins.int
+    max_tokens: _builtins.int
+    """Tokens of every kind over all the run's model calls, retries and compaction included."""
+    max_tool_calls: _builtins.int
+    """Tool calls the run may make (each call of the model's turns counts once)."""
+    max_wall_seconds: _builtins.int
+    """Seconds from the run's creation."""
+    max_cost: _builtins.str
+    """A decimal amount in the currency of the model's prices, e.g. "0.50"."""
+    def __init__(
+        self,
+        *,
+        max_tokens: _builtins.int = ...,
+        max_tool_calls: _builtins.int = ...,
+        max_wall_seconds: _builtins.int = ...,
+        max_cost: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_cost", b"max_cost", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "max_wall_seconds", b"max_wall_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunBudget: _TypeAlias = RunBudget  # noqa: Y015
+
+@_typing.final
+class BudgetExceededEvent(_message.Message):
+    """Added in behest 0.6: the run stops here; RunFailed (FAILURE_CODE_BUDGET_EXCEEDED) follows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    budget: Global___BudgetKind.ValueType
+    limit: _builtins.str
+    """The limit and what was used, as decimal strings (tokens, calls, seconds or money)."""
+    used: _builtins.str
+    def __init__(
+        self,
+        *,
+        budget: Global___BudgetKind.ValueType = ...,
+        limit: _builtins.str = ...,
+        used: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "limit", b"limit", "used", b"used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetExceededEvent: _TypeAlias = BudgetExceededEvent  # noqa: Y015
 
 @_typing.final
 class DoomLoopDetectedEvent(_message.Message):
@@ -772,6 +979,11 @@ class RunRecord(_message.Message):
     APPROVE_SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
     APPROVAL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     CLIENT_TOOL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
+    TOTAL_COST_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    FAILURE_CODE_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
@@ -784,6 +996,8 @@ class RunRecord(_message.Message):
     approve_side_effects: _builtins.bool
     approval_timeout_s: _builtins.int
     client_tool_timeout_s: _builtins.int
+    error: _builtins.str
+    failure_code: Global___FailureCode.ValueType
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
@@ -800,6 +1014,14 @@ class RunRecord(_message.Message):
 
     @_builtins.property
     def approval_required_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def total_usage(self) -> _common_pb2.TokenUsage:
+        """Added in behest 0.6: what the run has used and cost so far, how it failed, its budget."""
+
+    @_builtins.property
+    def total_cost(self) -> _common_pb2.Cost: ...
+    @_builtins.property
+    def budget(self) -> Global___RunBudget: ...
     def __init__(
         self,
         *,
@@ -820,10 +1042,15 @@ class RunRecord(_message.Message):
         approve_side_effects: _builtins.bool = ...,
         approval_timeout_s: _builtins.int = ...,
         client_tool_timeout_s: _builtins.int = ...,
+        total_usage: _common_pb2.TokenUsage | None = ...,
+        total_cost: _common_pb2.Cost | None = ...,
+        error: _builtins.str = ...,
+        failure_code: Global___FailureCode.ValueType = ...,
+        budget: Global___RunBudget | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "model", b"model", "provider", b"provider", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -841,6 +1068,7 @@ class RunOutput(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
+    TOTAL_COST_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     session_id: _builtins.str
     iterations: _builtins.int
@@ -851,6 +1079,10 @@ class RunOutput(_message.Message):
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]:
         """The assistant messages the run committed, in order."""
 
+    @_builtins.property
+    def total_cost(self) -> _common_pb2.Cost:
+        """Added in behest 0.6. What the run cost, when its model's prices are configured."""
+
     def __init__(
         self,
         *,
@@ -860,10 +1092,11 @@ class RunOutput(_message.Message):
         finish_reason: _common_pb2.FinishReason.ValueType = ...,
         total_usage: _common_pb2.TokenUsage | None = ...,
         messages: _abc.Iterable[_common_pb2.Message] | None = ...,
+        total_cost: _common_pb2.Cost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "iterations", b"iterations", "messages", b"messages", "run_id", b"run_id", "session_id", b"session_id", "total_usage", b"total_usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "iterations", b"iterations", "messages", b"messages", "run_id", b"run_id", "session_id", b"session_id", "total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -890,6 +1123,7 @@ class CreateRunRequest(_message.Message):
     APPROVE_SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
     APPROVAL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     CLIENT_TOOL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -936,6 +1170,12 @@ class CreateRunRequest(_message.Message):
         (SubmitApprovals), besides those the server's settings mark.
         """
 
+    @_builtins.property
+    def budget(self) -> Global___RunBudget:
+        """Added in behest 0.6. Limits on what the run may spend; unset ones take the tenant's
+        defaults (settings).
+        """
+
     def __init__(
         self,
         *,
@@ -954,10 +1194,11 @@ class CreateRunRequest(_message.Message):
         approve_side_effects: _builtins.bool = ...,
         approval_timeout_s: _builtins.int = ...,
         client_tool_timeout_s: _builtins.int = ...,
+        budget: Global___RunBudget | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "provider", b"provider"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1122,15 +1363,19 @@ class CancelRunRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RUN_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
+    reason: _builtins.str
+    """Added in behest 0.6. Why; recorded in RunCancelled."""
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1714,3 +1959,94 @@ class DeleteSnapshotResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSnapshotResponse: _TypeAlias = DeleteSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class GetUsageRequest(_message.Message):
+    """--- Usage service (added in behest 0.6) ---"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    FROM_DAY_FIELD_NUMBER: _builtins.int
+    TO_DAY_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Optional: one session's runs only."""
+    from_day: _builtins.str
+    """UTC days "YYYY-MM-DD", both included; empty: today."""
+    to_day: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        from_day: _builtins.str = ...,
+        to_day: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_day", b"from_day", "session_id", b"session_id", "to_day", b"to_day"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageRequest: _TypeAlias = GetUsageRequest  # noqa: Y015
+
+@_typing.final
+class DailyUsage(_message.Message):
+    """What the caller's tenant used on one day (of runs created that day)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAY_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    day: _builtins.str
+    runs: _builtins.int
+    @_builtins.property
+    def usage(self) -> _common_pb2.TokenUsage: ...
+    @_builtins.property
+    def cost(self) -> _common_pb2.Cost:
+        """Empty amount when no run of the day had prices."""
+
+    def __init__(
+        self,
+        *,
+        day: _builtins.str = ...,
+        runs: _builtins.int = ...,
+        usage: _common_pb2.TokenUsage | None = ...,
+        cost: _common_pb2.Cost | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "day", b"day", "runs", b"runs", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DailyUsage: _TypeAlias = DailyUsage  # noqa: Y015
+
+@_typing.final
+class GetUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAYS_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
+    TOTAL_COST_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def days(self) -> _containers.RepeatedCompositeFieldContainer[Global___DailyUsage]: ...
+    @_builtins.property
+    def total_usage(self) -> _common_pb2.TokenUsage: ...
+    @_builtins.property
+    def total_cost(self) -> _common_pb2.Cost: ...
+    def __init__(
+        self,
+        *,
+        days: _abc.Iterable[Global___DailyUsage] | None = ...,
+        total_usage: _common_pb2.TokenUsage | None = ...,
+        total_cost: _common_pb2.Cost | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["days", b"days", "total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageResponse: _TypeAlias = GetUsageResponse  # noqa: Y015

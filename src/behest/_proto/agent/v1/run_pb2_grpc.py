@@ -821,3 +821,78 @@ class SnapshotService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class UsageServiceStub:
+    """Tokens and cost of the caller's tenant, per day and session.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetUsage = channel.unary_unary(
+                '/agent.v1.UsageService/GetUsage',
+                request_serializer=agent_dot_v1_dot_run__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
+
+
+class UsageServiceServicer:
+    """Tokens and cost of the caller's tenant, per day and session.
+    """
+
+    def GetUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_UsageServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.GetUsageRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.GetUsageResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'agent.v1.UsageService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('agent.v1.UsageService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class UsageService:
+    """Tokens and cost of the caller's tenant, per day and session.
+    """
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.UsageService/GetUsage',
+            agent_dot_v1_dot_run__pb2.GetUsageRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -277,3 +277,31 @@ class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_run_pb2.DeleteSnapshotResponse, _abc.Awaitable[_run_pb2.DeleteSnapshotResponse]]: ...
 
 def add_SnapshotServiceServicer_to_server(servicer: SnapshotServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class UsageServiceStub:
+    """Tokens and cost of the caller's tenant, per day and session."""
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> UsageServiceAsyncStub: ...
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_run_pb2.GetUsageRequest, _run_pb2.GetUsageResponse]
+
+@_typing.type_check_only
+class UsageServiceAsyncStub(UsageServiceStub):
+    """Tokens and cost of the caller's tenant, per day and session."""
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    GetUsage: _aio.UnaryUnaryMultiCallable[_run_pb2.GetUsageRequest, _run_pb2.GetUsageResponse]  # type: ignore[assignment]
+
+class UsageServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Tokens and cost of the caller's tenant, per day and session."""
+
+    @_abc_1.abstractmethod
+    def GetUsage(
+        self,
+        request: _run_pb2.GetUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.GetUsageResponse, _abc.Awaitable[_run_pb2.GetUsageResponse]]: ...
+
+def add_UsageServiceServicer_to_server(servicer: UsageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,107 @@
+"""What runs spend and how they may fail: money, prices, budgets, failure codes.
+
+Money is Decimal, never float: prices are configured as decimal strings per million tokens,
+and a model call's cost is exact. Values of the enums match agent.v1's.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from behest.domain.runs import TokenUsage
+
+MILLION = Decimal(1_000_000)
+
+
+class FailureCode(enum.IntEnum):
+    """Why a run failed; values match agent.v1.FailureCode."""
+
+    UNSPECIFIED = 0
+    PROVIDER_ERROR = 1
+    PROVIDER_UNAVAILABLE = 2
+    RATE_LIMITED = 3
+    AUTHENTICATION = 4
+    CONTEXT_OVERFLOW = 5
+    MAX_ITERATIONS = 6
+    DOOM_LOOP = 7
+    BUDGET_EXCEEDED = 8
+    TOOL_OUTCOME_UNKNOWN = 9
+    ABANDONED = 10
+    CONFIGURATION = 11
+    INTERNAL = 12
+
+
+class CancelSource(enum.IntEnum):
+    """Who had a run cancelled; values match agent.v1.CancelSource."""
+
+    UNSPECIFIED = 0
+    CALLER = 1
+    PARENT_RUN = 2
+
+
+class BudgetKind(enum.IntEnum):
+    """Which budget ran out; values match agent.v1.BudgetKind."""
+
+    TOKENS = 1
+    TOOL_CALLS = 2
+    WALL_TIME = 3
+    COST = 4
+    DAILY_TOKENS = 5
+    DAILY_COST = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """An exact amount in one currency."""
+
+    amount: Decimal
+    currency: str
+
+    def __add__(self, other: Money) -> Money:
+        if other.currency != self.currency:
+            raise ValueError(f"cannot add {other.currency} to {self.currency}")
+        return Money(self.amount + other.amount, self.currency)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prices:
+    """A model's prices per million tokens (from the provider's settings)."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None  # default: the input price
+    cache_write: Decimal | None = None  # default: the input price
+    currency: str = "USD"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunBudget:
+    """A run's spending limits; 0 or None: none."""
+
+    max_tokens: int = 0
+    max_tool_calls: int = 0
+    max_wall_seconds: int = 0
+    max_cost: Decimal | None = None
+
+    def over(self, defaults: RunBudget) -> RunBudget:
+        """This budget with its unset limits taken from `defaults` (a tenant's)."""
+        return RunBudget(
+            max_tokens=self.max_tokens or defaults.max_tokens,
+            max_tool_calls=self.max_tool_calls or defaults.max_tool_calls,
+            max_wall_seconds=self.max_wall_seconds or defaults.max_wall_seconds,
+            max_cost=self.max_cost if self.max_cost is not None else defaults.max_cost,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DailyUsage:
+    """What a tenant's runs created on one UTC day used (`day` as YYYY-MM-DD)."""
+
+    day: str
+    runs: int
+    usage: TokenUsage
+    cost: Money | None

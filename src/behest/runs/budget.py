@@ -1,0 +1,154 @@
+"""A run's budgets: tokens, tool calls, wall-clock time and cost, and its tenant's daily caps.
+
+Checked before every model call (each attempt: retries count) and after every usage report.
+Before a call the model's output is clamped to what the token and cost budgets have left, so
+a run overshoots a token or cost budget by at most one model call (its input). Running out
+emits BudgetExceeded (which budget, the limit, what was used) and stops the run: RunFailed
+with FAILURE_CODE_BUDGET_EXCEEDED. Wall-clock time counts from the run's creation, waits
+for input included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, time
+from decimal import Decimal
+
+from behest.domain import events as ev
+from behest.domain.runs import Run
+from behest.domain.spend import MILLION, BudgetKind, FailureCode, Prices, RunBudget
+from behest.errors import RunStopped
+from behest.events.log import RunLog
+from behest.runs.progress import RunProgress
+from behest.store.base import Store
+
+_WORDS = {
+    BudgetKind.TOKENS: "its token budget",
+    BudgetKind.TOOL_CALLS: "its tool-call budget",
+    BudgetKind.WALL_TIME: "its wall-clock budget (seconds)",
+    BudgetKind.COST: "its cost budget",
+    BudgetKind.DAILY_TOKENS: "the tenant's daily token cap",
+    BudgetKind.DAILY_COST: "the tenant's daily cost cap",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DailyCaps:
+    """What all of a tenant's runs of one UTC day may spend together (0 or None: no cap)."""
+
+    max_tokens: int = 0
+    max_cost: Decimal | None = None
+
+
+class Budget:
+    """One run's budgets, over what its progress says it has spent."""
+
+    def __init__(
+        self,
+        *,
+        run: Run,
+        budget: RunBudget,
+        daily: DailyCaps,
+        prices: Prices | None,
+        progress: RunProgress,
+        log: RunLog,
+        store: Store,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._run = run
+        # A cost budget needs prices: without them it cannot be kept (creation refuses it
+        # for the run; a tenant's default cost budget is left out).
+        self._budget = budget if prices is not None else _without_cost(budget)
+        self._daily = daily if prices is not None else DailyCaps(max_tokens=daily.max_tokens)
+        self._prices = prices
+        self._progress = progress
+        self._log = log
+        self._store = store
+        self._clock = clock
+
+    async def before_call(self, max_output_tokens: int) -> int:
+        """Stop the run if a budget is spent; else the output tokens the call may produce."""
+        await self._stop_if(self._over(strictly=False) or self._wall_time())
+        await self._check_daily()
+        allowed = max_output_tokens
+        budget, progress = self._budget, self._progress
+        if budget.max_tokens:
+            allowed = min(allowed, budget.max_tokens - progress.usage.total_tokens)
+        if budget.max_cost is not None and self._prices is not None and self._prices.output > 0:
+            left = budget.max_cost - self._spent_cost()
+            allowed = min(allowed, int(left * MILLION / self._prices.output))
+        return max(1, allowed)
+
+    async def after_usage(self) -> None:
+        """Stop the run if its last model call took it over a token or cost budget."""
+        await self._stop_if(self._over(strictly=True))
+
+    async def before_tools(self) -> None:
+        """Stop the run if the calls of its last turn broke its tool-call budget (none of
+        them runs), or its time is up."""
+        limit = self._budget.max_tool_calls
+        used = self._progress.tool_calls
+        if limit and used > limit:
+            await self._stop(BudgetKind.TOOL_CALLS, str(limit), str(used))
+        await self._stop_if(self._wall_time())
+
+    def _over(self, *, strictly: bool) -> tuple[BudgetKind, str, str] | None:
+        """A token or cost budget that is spent (`strictly`: gone past, not just reached)."""
+        budget = self._budget
+        tokens = self._progress.usage.total_tokens
+        if budget.max_tokens and _past(tokens, budget.max_tokens, strictly):
+            return BudgetKind.TOKENS, str(budget.max_tokens), str(tokens)
+        cost = self._spent_cost()
+        if budget.max_cost is not None and _past(cost, budget.max_cost, strictly):
+            return BudgetKind.COST, str(budget.max_cost), str(cost)
+        return None
+
+    def _wall_time(self) -> tuple[BudgetKind, str, str] | None:
+        limit = self._budget.max_wall_seconds
+        if not limit:
+            return None
+        elapsed = (self._clock() - self._run.created_at).total_seconds()
+        if elapsed < limit:
+            return None
+        return BudgetKind.WALL_TIME, str(limit), str(int(elapsed))
+
+    async def _check_daily(self) -> None:
+        daily = self._daily
+        if not daily.max_tokens and daily.max_cost is None:
+            return
+        midnight = datetime.combine(self._clock().date(), time(), tzinfo=UTC)
+        tokens, cost = await self._store.spent_since(tenant=self._run.tenant, since=midnight)
+        if daily.max_tokens and tokens >= daily.max_tokens:
+            await self._stop(BudgetKind.DAILY_TOKENS, str(daily.max_tokens), str(tokens))
+        spent = Decimal(0) if cost is None else cost.amount
+        if daily.max_cost is not None and spent >= daily.max_cost:
+            await self._stop(BudgetKind.DAILY_COST, str(daily.max_cost), str(spent))
+
+    def _spent_cost(self) -> Decimal:
+        cost = self._progress.cost
+        return Decimal(0) if cost is None else cost.amount
+
+    async def _stop_if(self, over: tuple[BudgetKind, str, str] | None) -> None:
+        if over is not None:
+            await self._stop(*over)
+
+    async def _stop(self, kind: BudgetKind, limit: str, used: str) -> None:
+        """Record which budget ran out, then stop the run."""
+        await self._log.emit(ev.BudgetExceeded(kind, limit, used))
+        raise RunStopped(
+            f"budget exceeded: the run used {used} against {_WORDS[kind]} of {limit}",
+            FailureCode.BUDGET_EXCEEDED,
+        )
+
+
+def _past(used: int | Decimal, limit: int | Decimal, strictly: bool) -> bool:
+    return used > limit if strictly else used >= limit
+
+
+def _without_cost(budget: RunBudget) -> RunBudget:
+    return RunBudget(
+        max_tokens=budget.max_tokens,
+        max_tool_calls=budget.max_tool_calls,
+        max_wall_seconds=budget.max_wall_seconds,
+    )
