@@ -22,6 +22,7 @@ from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.loop import LoopLimits, SpendLimits
 from behest.runs.operations import Operations
+from behest.runs.sub_runs import SubRunLimits, SubRuns
 from behest.runs.waiting import WaitPolicy
 from behest.store.sql.store import SqlStore
 from behest.tenancy import Tenancy
@@ -86,6 +87,16 @@ class App:
         self._stopped = False
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:
+        sub_runs = SubRuns(
+            store=self.store,
+            event_log=self.event_log,
+            limits=SubRunLimits(
+                max_depth=settings.sub_agent_max_depth,
+                max_children=settings.sub_agent_max_children,
+            ),
+            check_model=self.providers.check,
+            tool_names=self.tools.names,
+        )
         builder = LoopBuilder(
             store=self.store,
             providers=self.providers,
@@ -103,8 +114,9 @@ class App:
             ),
             compaction_settings=compaction,
             spend_limits=self._spend_limits,
+            sub_runs=sub_runs,
         )
-        return Executor(
+        executor = Executor(
             store=self.store,
             event_log=self.event_log,
             builder=builder,
@@ -114,6 +126,8 @@ class App:
             lease_s=settings.run_lease_s,
             resume_runs=settings.resume_runs,
         )
+        sub_runs.spawner = executor
+        return executor
 
     def _spend_limits(self, tenant: str) -> SpendLimits:
         limits = self.tenancy.limits(tenant)

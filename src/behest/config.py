@@ -215,6 +215,10 @@ class Settings(BaseSettings):
     run_max_cost: Amount = ""
     daily_max_tokens: int = Field(default=0, ge=0)
     daily_max_cost: Amount = ""
+    # Sub-agent runs (CreateRunRequest.allow_sub_agents): how deep they may nest (a run at
+    # this depth is offered no spawn_agent), and how many children one run may start.
+    sub_agent_max_depth: int = Field(default=2, ge=0, le=16)
+    sub_agent_max_children: int = Field(default=8, ge=1, le=1000)
     # Runs that wait (SubmitApprovals, SubmitToolResults): tools whose every call needs an
     # approval (built-ins, plugins and MCP tools by the name the model sees), and how long an
     # approval or a client tool call waits by default before it is denied or errs. A run may

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason, RunStatus, TokenUsage
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
 from behest.domain.waits import Decision
 from behest.store.base import AppendEvent
@@ -62,6 +62,14 @@ EVERY_KIND: list[ev.Payload] = [
     ),
     ev.ClientToolAnswered(
         call_id="call_3", tool_name="pick_file", is_error=True, answered_by="", timed_out=True
+    ),
+    ev.SubRunStarted(call_id="call_4", child_run_id=new_id(), session_id=new_id()),
+    ev.SubRunFinished(
+        call_id="call_4",
+        child_run_id=new_id(),
+        status=RunStatus.FAILED,
+        usage=TokenUsage(3_000_000_000, 42, 5, 7),
+        cost=Money(Decimal("0.000123"), "USD"),
     ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.BudgetExceeded(budget=BudgetKind.DAILY_COST, limit="10.00", used="10.000001"),

@@ -142,6 +142,8 @@ def run_record(run: Run) -> pb.RunRecord:
         error=run.error,
         failure_code=cast(pb.FailureCode.ValueType, int(run.failure_code)),
         budget=budget(run.budget),
+        parent_run_id=run.parent_run_id,
+        allow_sub_agents=run.allow_sub_agents,
     )
 
 

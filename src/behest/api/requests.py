@@ -126,6 +126,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         max_iterations=request.max_iterations,
         waits=waits,
         budget=budget,
+        allow_sub_agents=request.allow_sub_agents,
     )
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason, RunStatus, TokenUsage
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
 from behest.domain.waits import Decision
 
@@ -164,6 +164,22 @@ class ClientToolAnswered:
     timed_out: bool
 
 
+@dataclass(frozen=True, slots=True)
+class SubRunStarted:
+    call_id: str
+    child_run_id: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubRunFinished:
+    call_id: str
+    child_run_id: str
+    status: RunStatus
+    usage: TokenUsage
+    cost: Money | None = None
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -189,6 +205,8 @@ Payload = (
     | ClientToolRequested
     | ClientToolAnswered
     | BudgetExceeded
+    | SubRunStarted
+    | SubRunFinished
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -218,6 +236,8 @@ KINDS: dict[type[Payload], str] = {
     ClientToolRequested: "client_tool_requested",
     ClientToolAnswered: "client_tool_answered",
     BudgetExceeded: "budget_exceeded",
+    SubRunStarted: "sub_run_started",
+    SubRunFinished: "sub_run_finished",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

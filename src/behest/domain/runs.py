@@ -110,6 +110,10 @@ class RunRequest:
     max_iterations: int = 0
     waits: WaitOptions = field(default_factory=WaitOptions)
     budget: RunBudget = field(default_factory=RunBudget)
+    allow_sub_agents: bool = False
+    # Set by behest for a sub-agent run (never by a client): its parent, how deep it is.
+    parent_run_id: str = ""
+    depth: int = 0
 
     def fingerprint(self) -> str:
         """What must match for a repeated client_request_id to mean the same request."""
@@ -117,6 +121,8 @@ class RunRequest:
         waits = [] if self.waits == WaitOptions() else [repr(self.waits)]
         if self.budget != RunBudget():
             waits.append(repr(self.budget))
+        if self.allow_sub_agents:
+            waits.append("sub_agents")
         body = json.dumps(
             [
                 self.session_id or "",
@@ -168,6 +174,10 @@ class Run:
     budget: RunBudget = field(default_factory=RunBudget)
     cost: Money | None = None
     failure_code: FailureCode = FailureCode.UNSPECIFIED
+    # Sub-agent runs: may it start some; the run that started it (if any) and its depth.
+    allow_sub_agents: bool = False
+    parent_run_id: str = ""
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason, RunStatus, TokenUsage
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
 from behest.domain.waits import Decision
 
@@ -61,4 +61,6 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[f.name] = CancelSource(value)
         elif f.name == "budget":
             data[f.name] = BudgetKind(value)
+        elif f.name == "status":
+            data[f.name] = RunStatus(value)
     return cls(**data)

@@ -72,13 +72,23 @@ class Budget:
         await self._stop_if(self._over(strictly=False) or self._wall_time())
         await self._check_daily()
         allowed = max_output_tokens
-        budget, progress = self._budget, self._progress
+        budget = self._budget
         if budget.max_tokens:
-            allowed = min(allowed, budget.max_tokens - progress.usage.total_tokens)
+            allowed = min(allowed, budget.max_tokens - self._tokens())
         if budget.max_cost is not None and self._prices is not None and self._prices.output > 0:
             left = budget.max_cost - self._spent_cost()
             allowed = min(allowed, int(left * MILLION / self._prices.output))
         return max(1, allowed)
+
+    def left(self) -> RunBudget:
+        """What the token, tool-call and cost budgets have left (a child run's budget)."""
+        budget, progress = self._budget, self._progress
+        tokens = budget.max_tokens and max(1, budget.max_tokens - self._tokens())
+        calls = budget.max_tool_calls and max(1, budget.max_tool_calls - progress.tool_calls)
+        cost = None
+        if budget.max_cost is not None:
+            cost = max(Decimal(0), budget.max_cost - self._spent_cost())
+        return RunBudget(max_tokens=tokens, max_tool_calls=calls, max_cost=cost)
 
     async def after_usage(self) -> None:
         """Stop the run if its last model call took it over a token or cost budget."""
@@ -96,7 +106,7 @@ class Budget:
     def _over(self, *, strictly: bool) -> tuple[BudgetKind, str, str] | None:
         """A token or cost budget that is spent (`strictly`: gone past, not just reached)."""
         budget = self._budget
-        tokens = self._progress.usage.total_tokens
+        tokens = self._tokens()
         if budget.max_tokens and _past(tokens, budget.max_tokens, strictly):
             return BudgetKind.TOKENS, str(budget.max_tokens), str(tokens)
         cost = self._spent_cost()
@@ -125,9 +135,15 @@ class Budget:
         if daily.max_cost is not None and spent >= daily.max_cost:
             await self._stop(BudgetKind.DAILY_COST, str(daily.max_cost), str(spent))
 
+    def _tokens(self) -> int:
+        """Tokens the run spent, its sub-agent runs' included."""
+        return self._progress.usage.total_tokens + self._progress.children_tokens
+
     def _spent_cost(self) -> Decimal:
+        """What the run cost, its sub-agent runs included."""
         cost = self._progress.cost
-        return Decimal(0) if cost is None else cost.amount
+        own = Decimal(0) if cost is None else cost.amount
+        return own + self._progress.children_cost
 
     async def _stop_if(self, over: tuple[BudgetKind, str, str] | None) -> None:
         if over is not None:

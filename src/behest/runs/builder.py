@@ -11,6 +11,7 @@ from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
 from behest.runs.loop import AgentLoop, LoopLimits, SpendLimits
+from behest.runs.sub_runs import SubRuns
 from behest.runs.summariser import Summariser
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
@@ -28,6 +29,7 @@ class LoopBuilder:
         limits: LoopLimits,
         compaction_settings: CompactionSettings,
         spend_limits: Callable[[str], SpendLimits] | None = None,
+        sub_runs: SubRuns | None = None,
     ) -> None:
         self._store = store
         self._providers = providers
@@ -35,6 +37,7 @@ class LoopBuilder:
         self._limits = limits
         self._compaction_settings = compaction_settings
         self._spend_limits = spend_limits or (lambda tenant: SpendLimits())
+        self._sub_runs = sub_runs
 
     async def loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:
         """The run's loop, with compaction as configured now (later updates: later runs).
@@ -50,6 +53,7 @@ class LoopBuilder:
             compactor=await self._compactor(run, run_log),
             transcript=transcript,
             spend_limits=self._spend_limits(run.tenant),
+            sub_runs=self._sub_runs,
         )
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:

@@ -20,7 +20,7 @@ from opentelemetry import trace
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import FailureCode
+from behest.domain.spend import CancelSource, FailureCode
 from behest.errors import (
     Aborted,
     BehestError,
@@ -218,13 +218,26 @@ class Executor:
                 handle.request_cancel(cancel)
                 final = await handle.wait_end(run_id, CANCEL_WAIT_S)
             if final is not None:
-                return _cancelled(run_id, final)
+                status = _cancelled(run_id, final)
+                await self._cancel_children(run_id, cancel)
+                return status
             if not self._accepting:
                 raise Unavailable(
                     f"the server is shutting down: run {run_id} was stopped without an end "
                     "and resumes at the next start; cancel it then"
                 )
         raise Aborted(f"run {run_id} changed hands while it was being cancelled; try again")
+
+    async def _cancel_children(self, run_id: str, cancel: Cancel) -> None:
+        """Cancel the sub-agent runs a cancelled run started (and theirs, in turn)."""
+        why = Cancel(cancel.by, f"its parent run {run_id} was cancelled", CancelSource.PARENT_RUN)
+        for child in await self._store.child_runs(run_id):
+            if child.status.is_terminal:
+                continue
+            try:
+                await self.cancel(child.id, why)
+            except BehestError as exc:  # it ended meanwhile, or another node holds it
+                log.warning("run %s: cancelling sub-agent run %s: %s", run_id, child.id, exc)
 
     async def abandon(self, run_id: str) -> None:
         """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
@@ -29,11 +30,13 @@ from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
+from behest.runs.sub_runs import SPAWN_TOOL, SubRuns
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn, TurnAssembler
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
 from behest.store.base import AppendMessage, Store
 from behest.telemetry import span
+from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
 
@@ -81,6 +84,7 @@ class AgentLoop:
         compactor: Compactor | None = None,
         transcript: list[Message] | None = None,
         spend_limits: SpendLimits | None = None,
+        sub_runs: SubRuns | None = None,
     ) -> None:
         """`transcript`: the session's messages, when the caller knows them (a new session)."""
         self._run = run
@@ -99,6 +103,9 @@ class AgentLoop:
         self._max_iterations = run.max_iterations or limits.max_iterations
         allowed = list(run.tools) or tools.names()
         # Tools offered to the model; tool_choice "none" offers none, a tool's name all allowed.
+        self._sub_runs = sub_runs if sub_runs is not None and sub_runs.offered_to(run) else None
+        if self._sub_runs is not None:
+            allowed.append(SPAWN_TOOL)
         self._offered = frozenset() if run.tool_choice == ToolChoice.NONE else frozenset(allowed)
         self._waits = Waits(
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
@@ -109,6 +116,7 @@ class AgentLoop:
             offered=self._offered,
             progress=self.progress,
             concurrency=limits.tool_concurrency,
+            spawn=self._spawn if self._sub_runs is not None else None,
         )
         self._doom_loop = DoomLoopDetector()
         limits_of_tenant = spend_limits or SpendLimits()
@@ -179,6 +187,10 @@ class AgentLoop:
         progress = self.progress
         await progress.load(self._store)
         progress.restore(snapshot)
+        if self._sub_runs is not None:
+            tokens, cost = await self._sub_runs.spent_by_children(self._run)
+            progress.children_tokens = tokens
+            progress.children_cost = Decimal(0) if cost is None else cost.amount
         mine = progress.mine()
         for message in mine:
             for call in message.tool_calls:
@@ -212,7 +224,8 @@ class AgentLoop:
         pending = [c for c in calls if c.id not in answered]
         for call in pending:
             tool = self._tools.get(call.name)
-            if call.id in snapshot.pending_tool_calls and (tool is None or not tool.idempotent):
+            idempotent = call.name == SPAWN_TOOL or (tool is not None and tool.idempotent)
+            if call.id in snapshot.pending_tool_calls and not idempotent:
                 raise RunStopped(
                     f"tool {call.name!r} was executing when the server stopped; its outcome "
                     "is unknown and it is not idempotent, so it is not run again",
@@ -312,7 +325,12 @@ class AgentLoop:
         """The server's tools this run may use, and its client tools (unless none may)."""
         if self._run.tool_choice == ToolChoice.NONE:
             return []
-        return self._tools.definitions(sorted(self._offered)) + self._waits.client_definitions()
+        spawn = [SubRuns.definition()] if SPAWN_TOOL in self._offered else []
+        return (
+            self._tools.definitions(sorted(self._offered))
+            + spawn
+            + self._waits.client_definitions()
+        )
 
     def _tool_choice(self) -> str:
         """A forced choice binds until a tool has run: then "required" becomes "auto", and a
@@ -323,6 +341,20 @@ class AgentLoop:
         if not any(m.role == Role.TOOL for m in self.progress.mine()):
             return choice
         return ToolChoice.AUTO if choice == ToolChoice.REQUIRED else ToolChoice.NONE
+
+    async def _spawn(self, call: ToolCall) -> ToolResult:
+        """A `spawn_agent` call: a child run, waited for; its spend counts against ours."""
+        assert self._sub_runs is not None
+        spawns = [c.id for m in self.progress.mine() for c in m.tool_calls if c.name == SPAWN_TOOL]
+        started = spawns.index(call.id) + 1 if call.id in spawns else len(spawns) + 1
+        result, child = await self._sub_runs.run_child(
+            self._run, call, self._log, started=started, left=self._budget.left()
+        )
+        if child is not None:
+            self.progress.children_tokens += child.usage.total_tokens
+            if child.cost is not None:
+                self.progress.children_cost += child.cost.amount
+        return result
 
     async def _check_doom_loop(self, calls: list[ToolCall]) -> None:
         for call in calls:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
@@ -32,6 +33,9 @@ class RunProgress:
         self.usage = TokenUsage()
         self.cost: Money | None = None
         self.tool_calls = 0
+        # What the run's sub-agent runs spent (their own runs record it; budgets count it).
+        self.children_tokens = 0
+        self.children_cost = Decimal(0)
         self.finish_reason = FinishReason.UNSPECIFIED
         self.executing: set[str] = set()
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 
 from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import RunStatus
 from behest.events.log import RunLog
 from behest.runs.progress import RunProgress
+from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import AppendMessage
 from behest.telemetry import span
 from behest.tools.base import ToolResult
@@ -37,13 +38,16 @@ class ToolRunner:
         offered: Collection[str],
         progress: RunProgress,
         concurrency: int,
+        spawn: Callable[[ToolCall], Awaitable[ToolResult]] | None = None,
     ) -> None:
+        """`spawn`: runs a `spawn_agent` call (runs/sub_runs.py), when the run may."""
         self._log = log
         self._tools = tools
         self._offered = offered
         self._progress = progress
         self._concurrency = concurrency
         self._positions: dict[str, int] = {}
+        self._spawn = spawn
 
     async def run(self, calls: list[ToolCall], answered: Mapping[str, ToolResult]) -> None:
         """Run a turn's calls: consecutive concurrency-safe ones together, others in order;
@@ -57,14 +61,22 @@ class ToolRunner:
                 parallel = []
                 await self._record(call, answered[call.id])
                 continue
-            tool = self._tools.get(call.name)
-            if tool is not None and tool.concurrency_safe and call.name in self._offered:
+            if self._parallel(call):
                 parallel.append(call)
                 continue
             await self._run_together(parallel)
             parallel = []
             await self._execute(call)
         await self._run_together(parallel)
+
+    def _parallel(self, call: ToolCall) -> bool:
+        """Whether the call may run alongside others (sub-agent runs may)."""
+        if call.name not in self._offered:
+            return False
+        if call.name == SPAWN_TOOL and self._spawn is not None:
+            return True
+        tool = self._tools.get(call.name)
+        return tool is not None and tool.concurrency_safe
 
     async def _run_together(self, calls: list[ToolCall]) -> None:
         if len(calls) <= 1:
@@ -92,7 +104,9 @@ class ToolRunner:
         await asyncio.shield(started)
         began = time.monotonic()
         with span("behest.tool", {"behest.tool": call.name, "behest.call_id": call.id}):
-            if call.name in self._offered or self._tools.get(call.name) is None:
+            if call.name == SPAWN_TOOL and self._spawn is not None:
+                result = await self._spawn(call)
+            elif call.name in self._offered or self._tools.get(call.name) is None:
                 result = await self._tools.execute(call)
             else:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)

@@ -180,6 +180,10 @@ class Store(Protocol):
         """Runs not in a terminal status, oldest first."""
         ...
 
+    async def child_runs(self, parent_run_id: str) -> list[Run]:
+        """Every sub-agent run `parent_run_id` started (ended or not), oldest first."""
+        ...
+
     async def resumable_runs(self, *, now: datetime) -> list[Run]:
         """Unfinished runs a node may take up, oldest first: all but the WAITING_FOR_INPUT
         ones that still wait (a call unanswered and not expired at `now`)."""

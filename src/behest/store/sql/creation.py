@@ -184,6 +184,9 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "owner": new.owner or None,
         "lease_expires_at": new.lease_until,
         "tenant": new.tenant,
+        "allow_sub_agents": request.allow_sub_agents,
+        "parent_run_id": request.parent_run_id or None,
+        "depth": request.depth,
         **rows.waits_to_columns(request.waits),
         **rows.budget_to_columns(request.budget),
     }

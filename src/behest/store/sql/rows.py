@@ -72,6 +72,9 @@ def run_from_row(row: Any) -> Run:
         budget=budget_from_row(row),
         cost=money_from_row(row),
         failure_code=FailureCode(row.failure_code),
+        allow_sub_agents=bool(row.allow_sub_agents),
+        parent_run_id=row.parent_run_id or "",
+        depth=row.depth,
     )
 
 

@@ -41,6 +41,12 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # a run's creation writes about CREATION_ROWS.
 SMALL_BATCH_ROWS = 16
 CREATION_ROWS = 5
+# child_runs, by ix_runs_parent.
+CHILD_RUNS = (
+    sa.select(t.runs)
+    .where(t.runs.c.parent_run_id == sa.bindparam("b_parent"))
+    .order_by(t.runs.c.created_at, t.runs.c.id)
+)
 # Serialises concurrent migrations of several replicas on PostgreSQL.
 MIGRATION_LOCK_KEY = 0x6265_6865_7374
 
@@ -100,6 +106,12 @@ class SqlStore:
         )
         async with self.engines.reader.connect() as conn:
             return [rows.run_from_row(row) for row in await conn.execute(query)]
+
+    async def child_runs(self, parent_run_id: str) -> list[Run]:
+        """Every sub-agent run `parent_run_id` started (ended or not), oldest first."""
+        async with self.engines.reader.connect() as conn:
+            result = await conn.execute(CHILD_RUNS, {"b_parent": parent_run_id})
+            return [rows.run_from_row(row) for row in result]
 
     async def resumable_runs(self, *, now: datetime) -> list[Run]:
         """Unfinished runs but the WAITING_FOR_INPUT ones still waiting, oldest first."""

@@ -93,10 +93,24 @@ runs = sa.Table(
     sa.Column("max_tool_calls", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_wall_seconds", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_cost", sa.Text, nullable=True),
+    # Sub-agent runs (migration 0009): the run that started it (NULL: none), whether it may
+    # start some, and how deep it is (0: started by a client).
+    sa.Column("parent_run_id", sa.String(36), nullable=True),
+    sa.Column("allow_sub_agents", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("depth", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.
     sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
+    # child_runs: one parent's children in order. Only runs with a parent are in it, so the
+    # creation of the others (nearly all) does not write to it.
+    sa.Index(
+        "ix_runs_parent",
+        "parent_run_id",
+        "created_at",
+        sqlite_where=sa.text("parent_run_id IS NOT NULL"),
+        postgresql_where=sa.text("parent_run_id IS NOT NULL"),
+    ),
 )
 
 events = sa.Table(

@@ -213,6 +213,8 @@ class AgentEvent(_message.Message):
     CLIENT_TOOL_REQUESTED_FIELD_NUMBER: _builtins.int
     CLIENT_TOOL_ANSWERED_FIELD_NUMBER: _builtins.int
     BUDGET_EXCEEDED_FIELD_NUMBER: _builtins.int
+    SUB_RUN_STARTED_FIELD_NUMBER: _builtins.int
+    SUB_RUN_FINISHED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -277,6 +279,12 @@ class AgentEvent(_message.Message):
         """Added in behest 0.6: a budget of the run (or its tenant's daily cap) ran out."""
 
     @_builtins.property
+    def sub_run_started(self) -> Global___SubRunStartedEvent:
+        """Added in behest 0.6: sub-agent runs started by this run."""
+
+    @_builtins.property
+    def sub_run_finished(self) -> Global___SubRunFinishedEvent: ...
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -307,15 +315,17 @@ class AgentEvent(_message.Message):
         client_tool_requested: Global___ClientToolRequestedEvent | None = ...,
         client_tool_answered: Global___ClientToolAnsweredEvent | None = ...,
         budget_exceeded: Global___BudgetExceededEvent | None = ...,
+        sub_run_started: Global___SubRunStartedEvent | None = ...,
+        sub_run_finished: Global___SubRunFinishedEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -957,6 +967,72 @@ class ClientToolAnsweredEvent(_message.Message):
 Global___ClientToolAnsweredEvent: _TypeAlias = ClientToolAnsweredEvent  # noqa: Y015
 
 @_typing.final
+class SubRunStartedEvent(_message.Message):
+    """Added in behest 0.6: a call of the `spawn_agent` tool started a child run (its own log,
+    watchable by its id, in its own session).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    CHILD_RUN_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    child_run_id: _builtins.str
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        child_run_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "child_run_id", b"child_run_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubRunStartedEvent: _TypeAlias = SubRunStartedEvent  # noqa: Y015
+
+@_typing.final
+class SubRunFinishedEvent(_message.Message):
+    """Added in behest 0.6: the child run ended; its final text is the call's result."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    CHILD_RUN_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    child_run_id: _builtins.str
+    status: _common_pb2.RunStatus.ValueType
+    @_builtins.property
+    def usage(self) -> _common_pb2.TokenUsage: ...
+    @_builtins.property
+    def cost(self) -> _common_pb2.Cost:
+        """Unset when the child's model has no prices."""
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        child_run_id: _builtins.str = ...,
+        status: _common_pb2.RunStatus.ValueType = ...,
+        usage: _common_pb2.TokenUsage | None = ...,
+        cost: _common_pb2.Cost | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "child_run_id", b"child_run_id", "cost", b"cost", "status", b"status", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubRunFinishedEvent: _TypeAlias = SubRunFinishedEvent  # noqa: Y015
+
+@_typing.final
 class RunRecord(_message.Message):
     """A run as stored."""
 
@@ -984,6 +1060,8 @@ class RunRecord(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     FAILURE_CODE_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
+    PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
+    ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
@@ -998,6 +1076,11 @@ class RunRecord(_message.Message):
     client_tool_timeout_s: _builtins.int
     error: _builtins.str
     failure_code: Global___FailureCode.ValueType
+    parent_run_id: _builtins.str
+    """Added in behest 0.6: the run that started this one (sub-agent runs), and whether this
+    one may start its own.
+    """
+    allow_sub_agents: _builtins.bool
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
@@ -1047,10 +1130,12 @@ class RunRecord(_message.Message):
         error: _builtins.str = ...,
         failure_code: Global___FailureCode.ValueType = ...,
         budget: Global___RunBudget | None = ...,
+        parent_run_id: _builtins.str = ...,
+        allow_sub_agents: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1124,6 +1209,7 @@ class CreateRunRequest(_message.Message):
     APPROVAL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     CLIENT_TOOL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
+    ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -1148,6 +1234,11 @@ class CreateRunRequest(_message.Message):
     client_tool_timeout_s: _builtins.int
     """Added in behest 0.6. Seconds a client tool call waits for its result before the model
     gets an error result; 0 means the server default.
+    """
+    allow_sub_agents: _builtins.bool
+    """Added in behest 0.6. Offer the model the `spawn_agent` tool: a call starts a child run
+    (instructions, input, tools, model; default the parent's) and returns its final text.
+    Depth and children per run are limited by the server's settings.
     """
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
@@ -1195,10 +1286,11 @@ class CreateRunRequest(_message.Message):
         approval_timeout_s: _builtins.int = ...,
         client_tool_timeout_s: _builtins.int = ...,
         budget: Global___RunBudget | None = ...,
+        allow_sub_agents: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,192 @@
+"""Sub-agent runs (issue 15): `spawn_agent` starts child runs with their own logs; their text
+comes back to the parent, their spend counts against its budget, a parent cancel ends them,
+and a crash mid-child resumes both, each ending once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from behest._proto.agent.v1 import common_pb2 as c
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from tests.support import (
+    Server,
+    collect,
+    create_request,
+    fast_settings,
+    kind,
+    script,
+    server_process,
+    start_server,
+    stop_server,
+)
+
+TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
+
+
+def spawn(child_steps: list[dict[str, object]], **extra: Any) -> dict[str, object]:
+    """A model call of `spawn_agent` whose child plays `child_steps`."""
+    return {"name": "spawn_agent", "arguments": {"input": script(*child_steps), **extra}}
+
+
+def parent(*steps: dict[str, object], **fields: Any) -> pb.CreateRunRequest:
+    request = create_request(script(*steps), model="script", **fields)
+    request.allow_sub_agents = True
+    return request
+
+
+def texts(events: list[pb.AgentEvent]) -> str:
+    return "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+
+
+async def log_of(stub: rpc.RunServiceStub, run_id: str) -> list[pb.AgentEvent]:
+    async with asyncio.timeout(20):
+        return await collect(stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+
+
+def of_kind(events: list[pb.AgentEvent], name: str) -> list[Any]:
+    return [getattr(e, name) for e in events if kind(e) == name]
+
+
+async def test_a_parent_runs_two_children_in_parallel_and_gets_their_text(
+    server: Server,
+) -> None:
+    one = spawn([{"text": "first child here", "delay_ms": 20}])
+    two = spawn([{"text": "second child here", "delay_ms": 20}], instructions="be brief")
+    events = await collect(
+        server.runs.CreateRunStream(parent({"tool_calls": [one, two]}, {"say": "tool_results"}))
+    )
+    assert kind(events[-1]) == "run_completed"
+    started = of_kind(events, "sub_run_started")
+    finished = of_kind(events, "sub_run_finished")
+    assert len(started) == len(finished) == 2
+    assert {f.status for f in finished} == {c.RUN_STATUS_COMPLETED}
+    said = texts(events[events.index(next(e for e in events if kind(e) == "sub_run_finished")) :])
+    assert "first child here" in said and "second child here" in said
+    parent_id = events[0].run_id
+    # Both ran at once: each started before either finished.
+    kinds = [kind(e) for e in events]
+    assert kinds.index("sub_run_finished") > max(
+        i for i, k in enumerate(kinds) if k == "sub_run_started"
+    )
+    for start in started:
+        child = await log_of(server.runs, start.child_run_id)
+        assert [e.sequence for e in child] == list(range(1, len(child) + 1))
+        assert kind(child[-1]) == "run_completed"
+        record = (await server.runs.GetRun(pb.GetRunRequest(run_id=start.child_run_id))).run
+        assert record.parent_run_id == parent_id
+        assert record.session_id == start.session_id != events[0].run_started.session_id
+
+
+async def test_the_tool_is_offered_only_to_runs_that_allow_it(tmp_path: Path) -> None:
+    running = await start_server(fast_settings(tmp_path, sub_agent_max_depth=1))
+    try:
+        plain = create_request(script({"say": "tools"}), model="script")
+        said = texts(await collect(running.runs.CreateRunStream(plain)))
+        assert "spawn_agent" not in said
+        allowed = texts(await collect(running.runs.CreateRunStream(parent({"say": "tools"}))))
+        assert "spawn_agent" in allowed
+        # A child at the depth limit is offered no spawn_agent of its own.
+        events = await collect(
+            running.runs.CreateRunStream(
+                parent({"tool_calls": [spawn([{"say": "tools"}])]}, {"say": "tool_results"})
+            )
+        )
+        assert kind(events[-1]) == "run_completed"
+        child_id = of_kind(events, "sub_run_started")[0].child_run_id
+        child_said = texts(await log_of(running.runs, child_id))
+        assert "calculator" in child_said and "spawn_agent" not in child_said
+    finally:
+        await stop_server(running)
+
+
+async def test_children_beyond_the_limit_are_refused_to_the_model(tmp_path: Path) -> None:
+    running = await start_server(fast_settings(tmp_path, sub_agent_max_children=1))
+    try:
+        calls = [spawn([{"text": "only one"}]), spawn([{"text": "one too many"}])]
+        events = await collect(
+            running.runs.CreateRunStream(parent({"tool_calls": calls}, {"say": "tool_results"}))
+        )
+        assert len(of_kind(events, "sub_run_started")) == 1
+        assert "at most 1 sub-agents" in texts(events)
+        assert kind(events[-1]) == "run_completed"
+    finally:
+        await stop_server(running)
+
+
+async def test_a_childs_spend_counts_against_the_parents_budget(server: Server) -> None:
+    child = spawn([{"text": "spent", "usage": {"input": 500}}])
+    request = parent(
+        {"tool_calls": [child], "usage": {"input": 100}},
+        {
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}],
+            "usage": {"input": 450},
+        },
+        budget=pb.RunBudget(max_tokens=1000),
+    )
+    events = await collect(server.runs.CreateRunStream(request))
+    over = of_kind(events, "budget_exceeded")
+    assert [(o.budget, o.limit, o.used) for o in over] == [
+        (pb.BUDGET_KIND_TOKENS, "1000", str(100 + 500 + 450))
+    ]
+    assert events[-1].run_failed.code == pb.FAILURE_CODE_BUDGET_EXCEEDED
+    child_id = of_kind(events, "sub_run_started")[0].child_run_id
+    record = (await server.runs.GetRun(pb.GetRunRequest(run_id=child_id))).run
+    assert record.budget.max_tokens == 900  # what the parent had left when it started
+
+
+async def test_cancelling_the_parent_cancels_its_children(server: Server) -> None:
+    slow = [{"deltas": 500, "delay_ms": 20}]
+    stream = server.runs.CreateRunStream(parent({"tool_calls": [spawn(slow), spawn(slow)]}))
+    started: list[pb.AgentEvent] = []
+    async for event in stream:
+        if kind(event) == "sub_run_started":
+            started.append(event)
+            if len(started) == 2:
+                break
+    parent_id = started[0].run_id
+    reply = await server.runs.CancelRun(pb.CancelRunRequest(run_id=parent_id, reason="stop all"))
+    assert reply.status == c.RUN_STATUS_CANCELLED
+    assert kind((await log_of(server.runs, parent_id))[-1]) == "run_cancelled"
+    for event in started:
+        child = await log_of(server.runs, event.sub_run_started.child_run_id)
+        assert kind(child[-1]) == "run_cancelled"
+        assert child[-1].run_cancelled.source == pb.CANCEL_SOURCE_PARENT_RUN
+        assert parent_id in child[-1].run_cancelled.reason
+    stream.cancel()
+
+
+async def test_a_crash_mid_child_resumes_both_and_each_ends_once(tmp_path: Path) -> None:
+    slow_child = [{"deltas": 300, "delay_ms": 10}, {"text": "child finished"}]
+    steps = [{"tool_calls": [spawn(slow_child)]}, {"say": "tool_results"}]
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            stream = stub.CreateRunStream(parent(*steps))
+            async for event in stream:
+                if kind(event) == "sub_run_started":
+                    break
+            child_id = event.sub_run_started.child_run_id
+            async for child_event in stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=child_id)):
+                if kind(child_event) == "text_delta":
+                    break  # the child is streaming
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+    parent_id = event.run_id
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            parent_log = await log_of(stub, parent_id)
+            child_log = await log_of(stub, child_id)
+    for log in (parent_log, child_log):
+        kinds = [kind(e) for e in log]
+        assert [k in TERMINAL for k in kinds].count(True) == 1, kinds
+        assert kinds[-1] == "run_completed", kinds
+        assert [e.sequence for e in log] == list(range(1, len(log) + 1))
+    assert [kind(e) for e in parent_log].count("sub_run_started") == 1
+    assert "child finished" in texts(parent_log)
