@@ -56,7 +56,8 @@ class EventPrinter:
                 self._line(f"→ tool {call.name}({_shorten(call.arguments)})")
             case "tool_execution_finished":
                 done = event.tool_execution_finished
-                self._line(f"← {done.tool_name} finished in {done.duration_ms} ms")
+                how = "failed" if done.is_error else "finished"
+                self._line(f"← {done.tool_name} {how} in {done.duration_ms} ms")
             case "doom_loop_detected":
                 self._line(f"! doom loop detected: {event.doom_loop_detected.description}")
             case "compaction_circuit_opened":
@@ -75,11 +76,16 @@ class EventPrinter:
                 self._line(f"✓ completed ({reason}, {_plural(completed.iterations, 'iteration')})")
                 self.exit_code = EXIT_OK
             case "run_failed":
-                self._line(f"✗ failed: {event.run_failed.error}")
+                failed = event.run_failed
+                self._line(f"✗ failed{_code(failed.code)}: {failed.error}")
                 self.exit_code = EXIT_RUN_NOT_COMPLETED
             case "run_cancelled":
-                self._line("✗ cancelled")
+                cancelled = event.run_cancelled
+                why = f": {cancelled.reason}" if cancelled.reason else ""
+                self._line(f"✗ cancelled{_by(cancelled.cancelled_by)}{why}")
                 self.exit_code = EXIT_RUN_NOT_COMPLETED
+            case "budget_exceeded" | "sub_run_started" | "sub_run_finished":
+                self._render_spend(event)
             case _:
                 # Bookkeeping events, and kinds newer than this CLI: nothing to show.
                 pass
@@ -120,6 +126,20 @@ class EventPrinter:
                     how = " with an error" if answered.is_error else ""
                     self._line(f"← {answered.tool_name} answered{how}{_by(answered.answered_by)}")
 
+    def _render_spend(self, event: run_pb2.AgentEvent) -> None:
+        """Budgets that ran out, and sub-agent runs."""
+        match event.WhichOneof("event"):
+            case "budget_exceeded":
+                over = event.budget_exceeded
+                name = run_pb2.BudgetKind.Name(over.budget).removeprefix("BUDGET_KIND_").lower()
+                self._line(f"! budget exceeded: {name} {over.used} of {over.limit}")
+            case "sub_run_started":
+                self._line(f"→ sub-agent run {event.sub_run_started.child_run_id} started")
+            case "sub_run_finished":
+                done = event.sub_run_finished
+                status = common_pb2.RunStatus.Name(done.status).removeprefix("RUN_STATUS_")
+                self._line(f"← sub-agent run {done.child_run_id} {status.lower()}")
+
     def _hint(self, text: str) -> None:
         print(f"  {text}", file=self.err)
         self.err.flush()
@@ -132,6 +152,13 @@ class EventPrinter:
 
     def _line(self, text: str) -> None:
         self._write(("" if self._at_line_start else "\n") + text + "\n")
+
+
+def _code(code: run_pb2.FailureCode.ValueType) -> str:
+    """A failure code as the CLI shows it, e.g. " [budget_exceeded]" (none when unset)."""
+    if not code:
+        return ""
+    return f" [{run_pb2.FailureCode.Name(code).removeprefix('FAILURE_CODE_').lower()}]"
 
 
 def format_pending(calls: Sequence[run_pb2.PendingCall]) -> str:
@@ -192,11 +219,24 @@ def format_run(run: run_pb2.RunRecord) -> str:
         fields.append(("approvals", ", ".join(run.approval_required_tools)))
     if run.approve_side_effects:
         fields.append(("approvals", "every tool not marked read-only"))
+    fields += _spend_fields(run)
     width = max(9, *(len(name) for name, _ in fields))
     text = "\n".join(f"{name:<{width}} {value}" for name, value in fields)
     if run.status == common_pb2.RUN_STATUS_WAITING_FOR_INPUT:
         text += f"\n\nthe run waits for answers; see them with: behest pending {run.id}"
     return text
+
+
+def _spend_fields(run: run_pb2.RunRecord) -> list[tuple[str, str]]:
+    """What a run spent, how it failed, whose sub-agent it is."""
+    fields = [("tokens", str(run.total_usage.total_tokens))]
+    if run.HasField("total_cost"):
+        fields.append(("cost", f"{run.total_cost.amount} {run.total_cost.currency}"))
+    if run.error:
+        fields.append(("error", f"{run.error}{_code(run.failure_code)}"))
+    if run.parent_run_id:
+        fields.append(("parent", run.parent_run_id))
+    return fields
 
 
 def format_output(output: run_pb2.RunOutput) -> str:
@@ -206,7 +246,12 @@ def format_output(output: run_pb2.RunOutput) -> str:
     lines = [
         f"run {output.run_id}  session {output.session_id}",
         f"{reason}, {_plural(output.iterations, 'iteration')}, "
-        f"{usage.input_tokens} in + {usage.output_tokens} out tokens",
+        f"{usage.input_tokens} in + {usage.output_tokens} out tokens"
+        + (
+            f", {output.total_cost.amount} {output.total_cost.currency}"
+            if output.HasField("total_cost")
+            else ""
+        ),
     ]
     for message in output.messages:
         text = "".join(part.text.text for part in message.content if part.HasField("text"))

@@ -76,21 +76,27 @@ async def test_compaction_fires_at_the_threshold_and_keeps_the_last_turn(server:
 
     second = await run(server, LONG, session)  # user + assistant + user ≈ 312 tokens
     kinds = [kind(e) for e in second]
-    assert kinds[:5] == [
+    assert kinds[:6] == [
         "run_started",
         "compaction_started",
         "compaction_finished",
+        "usage_recorded",  # the summary call's: it counts like the run's own calls
         "context_built",
         "model_started",
     ]
+    summary_usage = second[3].usage_recorded.usage
+    assert summary_usage.input_tokens > 0 and summary_usage.output_tokens > 0
     started, finished = second[1].compaction_started, second[2].compaction_finished
     assert (started.messages_before, started.reason) == (3, "threshold")
     assert started.estimated_tokens_before >= 300
     assert finished.succeeded and not finished.pruned_only
     assert finished.messages_after == 2  # the summary and the last turn's user message
     assert finished.estimated_tokens_after < started.estimated_tokens_before
-    assert second[3].context_built.message_count == 2
+    assert second[4].context_built.message_count == 2
     assert kind(second[-1]) == "run_completed"
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=second[0].run_id))
+    own = [e.usage_recorded.usage.total_tokens for e in second if kind(e) == "usage_recorded"]
+    assert output.output.total_usage.total_tokens == sum(own)
 
 
 async def test_the_next_run_uses_the_summary_and_the_tail(server: Server) -> None:

@@ -306,3 +306,11 @@ async def test_a_budget_reads_back_on_the_run(spend_server: Server) -> None:
     created = await spend_server.runs.CreateRun(priced({"text": "x"}, budget=budget))
     run = (await spend_server.runs.GetRun(pb.GetRunRequest(run_id=created.run_id))).run
     assert run.budget == budget
+
+
+async def test_a_token_budget_clamps_what_the_model_may_answer(spend_server: Server) -> None:
+    steps = [{"tool_calls": [CALC], "usage": usage(700, 0)}, {"say": "limits"}]
+    request = create_request(script(*steps), model="script", budget=pb.RunBudget(max_tokens=1000))
+    events = await ended(spend_server.runs, request)
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert "max_output_tokens: 300" in said  # 1,000 - 700 left

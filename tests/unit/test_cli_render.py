@@ -217,3 +217,52 @@ def test_format_output_lists_messages() -> None:
     text = format_output(output)
     assert "stop, 1 iteration, 3 in + 2 out tokens" in text
     assert text.endswith("[assistant]\nhi there")
+
+
+def test_spend_shows_codes_budgets_sub_runs_and_cancellers() -> None:
+    out, _, printer = render(
+        events(
+            started(),
+            {"sub_run_started": run_pb2.SubRunStartedEvent(child_run_id="child-1")},
+            {
+                "sub_run_finished": run_pb2.SubRunFinishedEvent(
+                    child_run_id="child-1", status=common_pb2.RUN_STATUS_COMPLETED
+                )
+            },
+            {
+                "budget_exceeded": run_pb2.BudgetExceededEvent(
+                    budget=run_pb2.BUDGET_KIND_TOKENS, limit="1000", used="1200"
+                )
+            },
+            {
+                "run_failed": run_pb2.RunFailedEvent(
+                    error="budget exceeded", code=run_pb2.FAILURE_CODE_BUDGET_EXCEEDED
+                )
+            },
+        )
+    )
+    assert "sub-agent run child-1 started" in out
+    assert "sub-agent run child-1 completed" in out
+    assert "budget exceeded: tokens 1200 of 1000" in out
+    assert "✗ failed [budget_exceeded]: budget exceeded" in out
+    assert printer.exit_code == EXIT_NOT_COMPLETED
+    cancelled, _, _ = render(
+        events(
+            started(),
+            {"run_cancelled": run_pb2.RunCancelledEvent(cancelled_by="alice", reason="enough")},
+        )
+    )
+    assert "✗ cancelled by alice: enough" in cancelled
+
+
+def test_a_run_record_shows_its_cost_error_and_parent() -> None:
+    record = run_pb2.RunRecord(
+        id="run-1",
+        total_usage=common_pb2.TokenUsage(total_tokens=42),
+        total_cost=common_pb2.Cost(amount="0.0042", currency="EUR"),
+        error="doom loop detected",
+        failure_code=run_pb2.FAILURE_CODE_DOOM_LOOP,
+        parent_run_id="run-0",
+    )
+    shown = format_run(record)
+    assert "0.0042 EUR" in shown and "[doom_loop]" in shown and "run-0" in shown

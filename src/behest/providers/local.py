@@ -22,7 +22,8 @@ retry); once the steps run out it answers "done". A step's fields, all optional:
     say           str     answer with what the model was given, so tests can see it:
                           tool_results (this turn's tool messages), tools (offered tools and
                           tool_choice), history (the transcript's roles), instructions,
-                          summary (the compaction summary the model was given)
+                          summary (the compaction summary the model was given), limits
+                          (the call's max_output_tokens, as budgets clamp it)
     usage         object  {"input": N, "output": N, "cached_input": N, "cache_write": N}:
                           the call's exact usage instead of the estimate (cache tokens, costs
                           and budgets offline); each an integer from 0 to 1,000,000,000,
@@ -79,7 +80,7 @@ _FINISH = {
     "tool_calls": FinishReason.TOOL_CALLS,
 }
 _ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
-_SAYINGS = ("tool_results", "tools", "history", "instructions", "summary")
+_SAYINGS = ("tool_results", "tools", "history", "instructions", "summary", "limits")
 _STEP_FIELDS = frozenset(
     {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish", "say", "usage"}
 )
@@ -335,6 +336,8 @@ def _say(what: str, request: ModelRequest) -> str:
         case "summary":
             summaries = [m.text for m in messages if m.summary_through is not None]
             return summaries[-1] if summaries else "no summary"
+        case "limits":
+            return f"max_output_tokens: {request.max_output_tokens}"
         case _:
             return request.instructions or "no instructions"
 

@@ -18,9 +18,10 @@ from behest.domain.runs import Run
 from behest.errors import ProviderError
 from behest.events.log import RunLog
 from behest.runs import compaction
+from behest.runs.summariser import Summary
 from behest.store.base import AppendMessage, ClearToolResults, Store, Write
 
-Summarise = Callable[[Sequence[Message]], Awaitable[str]]
+Summarise = Callable[[Sequence[Message]], Awaitable[Summary]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,13 @@ class Compactor:
         self._threshold = context_window - min(config.buffer_tokens, context_window // 2)
         self._summarise = summarise
         self._cooldown_s = cooldown_s
+        # Summary calls made and not yet counted by the run (budgets, usage): take_spent().
+        self._spent: list[Summary] = []
+
+    def take_spent(self) -> list[Summary]:
+        """The summary calls made since the last time, for the run to count."""
+        spent, self._spent = self._spent, []
+        return spent
 
     async def before_call(self, transcript: list[Message], position: int) -> Compacted | None:
         """Compact if the context has reached the window minus buffer_tokens (and may)."""
@@ -122,10 +130,11 @@ class Compactor:
         if not head:
             raise _Failed("nothing is old enough to summarise (the current turn alone is too big)")
         try:
-            text = await self._summarise(head)
+            made = await self._summarise(head)
         except (ProviderError, TimeoutError) as exc:
             raise _Failed(f"the summary call failed: {exc or 'timed out'}") from exc
-        summary = self._summary(text, head, position)
+        self._spent.append(made)
+        summary = self._summary(made.text, head, position)
         after = [summary, *tail]
         if compaction.estimate_tokens(after) >= before:
             raise _Failed("the summary did not make the context smaller")

@@ -152,6 +152,7 @@ class AgentLoop:
                 progress.adopt(
                     await self._compactor.before_call(progress.transcript, progress.next_position)
                 )
+                await self._count_summaries()
             await self._log.emit(
                 ev.ContextBuilt(len(compaction.context(progress.transcript))),
                 state=progress.state(RunStatus.BUILDING_CONTEXT),
@@ -263,11 +264,20 @@ class AgentLoop:
                 compacted = await self._compactor.after_overflow(
                     self.progress.transcript, self.progress.next_position
                 )
+                await self._count_summaries()
                 if compacted is None:
                     raise ContextOverflowError(
                         exc.provider, f"{reason(exc)}; compacting the context failed"
                     ) from exc
                 self.progress.adopt(compacted)
+
+    async def _count_summaries(self) -> None:
+        """Compaction's summary calls count like the run's own: usage, cost, budgets."""
+        assert self._compactor is not None
+        for summary in self._compactor.take_spent():
+            self.progress.add(summary.usage, summary.cost)
+            await self._log.emit(ev.UsageRecorded(summary.usage, summary.cost))
+            await self._budget.after_usage()
 
     async def _attempt(self, attempt: int) -> Turn:
         """One attempt of a model call, announced by its own ModelStarted."""

@@ -53,12 +53,20 @@ class RunProgress:
 
     def spend(self, usage: TokenUsage, prices: Prices | None) -> Money | None:
         """Count a model call's usage (and its cost, at `prices`); the call's cost."""
-        self.usage += usage
-        if prices is None:
-            return None
-        cost = usage.cost(prices)
-        self.cost = cost if self.cost is None else self.cost + cost
+        cost = None if prices is None else usage.cost(prices)
+        self.add(usage, cost)
         return cost
+
+    def add(self, usage: TokenUsage, cost: Money | None) -> None:
+        """Count usage and its cost (a cost in another currency than the run's is left out:
+        the run's total stays in one currency)."""
+        self.usage += usage
+        if cost is None:
+            return
+        if self.cost is None:
+            self.cost = cost
+        elif self.cost.currency == cost.currency:
+            self.cost += cost
 
     def mine(self) -> list[Message]:
         """This run's messages of the transcript."""

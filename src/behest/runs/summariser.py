@@ -6,16 +6,27 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from behest.domain.compaction import CompactionConfig
 from behest.domain.messages import Message, Role
-from behest.domain.runs import Run
-from behest.providers.base import ModelRequest, TextChunk
+from behest.domain.runs import Run, TokenUsage
+from behest.domain.spend import Money
+from behest.providers.base import Finished, ModelRequest, TextChunk
 from behest.providers.guard import guarded_stream
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction import SUMMARY_INSTRUCTIONS, render
 from behest.telemetry import span
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summary call's text and what it spent (a cost only when its model has prices)."""
+
+    text: str
+    usage: TokenUsage
+    cost: Money | None
 
 
 class Summariser:
@@ -27,8 +38,8 @@ class Summariser:
         self._model = config.model or run.model
         self._run = run
 
-    async def __call__(self, messages: Sequence[Message]) -> str:
-        """The summary text; raises ProviderError (or TimeoutError) when the call fails."""
+    async def __call__(self, messages: Sequence[Message]) -> Summary:
+        """The summary; raises ProviderError (or TimeoutError) when the call fails."""
         provider = self._providers.get(self._provider)
         config = self._providers.config(self._provider)
         prompt = Message(
@@ -49,6 +60,7 @@ class Summariser:
             purpose="summary",
         )
         parts: list[str] = []
+        usage = TokenUsage()
         with span(
             "behest.compaction.summary",
             {"behest.provider": self._provider, "behest.model": self._model},
@@ -60,4 +72,8 @@ class Summariser:
                 async for delta in deltas:
                     if isinstance(delta, TextChunk):
                         parts.append(delta.text)
-        return "".join(parts).strip()
+                    elif isinstance(delta, Finished):
+                        usage = delta.usage
+        prices = config.model_info(self._model).prices
+        cost = None if prices is None else usage.cost(prices)
+        return Summary("".join(parts).strip(), usage, cost)
