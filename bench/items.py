@@ -329,7 +329,8 @@ async def first_event(stub: rpc.RunServiceStub, warm_up_runs: int, samples: int)
 async def replay(
     stub: rpc.RunServiceStub, events: int, overhead: int, repeats: int
 ) -> dict[str, Any]:
-    """Item 5: WatchRunEvents from 0 on a finished run of `events` events (median of repeats)."""
+    """Item 5: WatchRunEvents from 0 on a finished run of `events` events, then ListRunEvents
+    over the same run, page by page (each the median of repeats)."""
     written = await follow(
         stub.CreateRunStream(create_request(script(events - overhead), "script")), now()
     )
@@ -342,11 +343,42 @@ async def replay(
         if tally.events != written.events:
             raise RuntimeError(f"replay sent {tally.events} of {written.events} events")
         rates.append(tally.events / tally.seconds)
+    listed = [await list_events(stub, written.run_id, written.events) for _ in range(repeats)]
     return {
         "events": written.events,
         "events_per_s": statistics.median(rates),
         "samples": rates,
+        "list_events_page": LIST_EVENTS_PAGE,
+        "list_events_per_s": statistics.median(listed),
+        "list_events_samples": listed,
     }
+
+
+# ListRunEvents' largest page: a 10,000-event run is one call (and an empty last page is none).
+LIST_EVENTS_PAGE = 10_000
+
+
+async def list_events(stub: rpc.RunServiceStub, run_id: str, expected: int) -> float:
+    """ListRunEvents pages from 0 to the end of a finished run; events/s. The pages must be
+    gapless and end at its terminal event."""
+    began, after, more, count, kind = now(), 0, True, 0, ""
+    while more:
+        request = pb.ListRunEventsRequest(
+            run_id=run_id, after_sequence=after, limit=LIST_EVENTS_PAGE
+        )
+        page = await stub.ListRunEvents(request)
+        for event in page.events:
+            if event.sequence != after + 1:
+                raise RuntimeError(f"ListRunEvents: sequence {event.sequence} after {after}")
+            after = event.sequence
+        count += len(page.events)
+        more = page.more
+        if page.events:
+            kind = page.events[-1].WhichOneof("event") or ""
+    seconds = now() - began
+    if count != expected or kind != "run_completed":
+        raise RuntimeError(f"ListRunEvents sent {count} of {expected} events, ending with {kind}")
+    return count / seconds
 
 
 async def idle_watchers(

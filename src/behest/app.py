@@ -1,7 +1,8 @@
 """Composition root: settings → store → event log → providers/tools → executor → server.
 
-`App.stop` is ordered and idempotent: stop taking runs → drain or cancel runs → stop the
-server → flush the event log → close the store.
+`App.stop` is ordered and idempotent: stop taking runs → stop pruning (retention) → drain
+or cancel runs → stop the server → flush the event log → close the store → export the
+last spans and metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.events.log import EventLog
 from behest.providers.factory import build_registry
+from behest.retention import Retention
 from behest.runs.budget import DailyCaps
 from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
@@ -29,7 +31,7 @@ from behest.tenancy import Tenancy
 from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
 from behest.tools.plugins import plugin_tools
-from behest.tools.registry import ToolRegistry
+from behest.tools.registry import MCP, PLUGIN, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ class App:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.telemetry = telemetry.Telemetry.from_settings(settings)
         self.store = SqlStore(settings.effective_database_url)
         self.tools = ToolRegistry(builtin_tools(read_file_root=settings.read_file_root))
         self.mcp = mcp_tool_source(
@@ -46,11 +49,12 @@ class App:
         )
         if settings.load_tool_plugins:
             for tool in plugin_tools():
-                self.tools.add(tool)
+                self.tools.add(tool, source=PLUGIN)
         self.event_log = EventLog(
             self.store,
             batch_max=settings.commit_batch_max,
             window_s=settings.commit_window_ms / 1000,
+            metrics=self.telemetry.metrics,
         )
         self.providers = build_registry(
             settings.provider_configs(),
@@ -70,6 +74,7 @@ class App:
             compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
+            approval_required_tools=frozenset(settings.approval_required_tools),
         )
         self.server = ApiServer(
             self.runs,
@@ -82,6 +87,12 @@ class App:
             auth=settings.auth,
             tls=settings.tls,
             max_receive_message_bytes=settings.max_receive_message_bytes,
+        )
+        self.retention = Retention(
+            self.store,
+            days=settings.retention_days,
+            interval_s=settings.retention_interval_s,
+            batch=settings.retention_batch,
         )
         self._started = False
         self._stopped = False
@@ -125,6 +136,7 @@ class App:
             node_id=settings.node_id,
             lease_s=settings.run_lease_s,
             resume_runs=settings.resume_runs,
+            telemetry=self.telemetry,
         )
         sub_runs.spawner = executor
         return executor
@@ -140,13 +152,16 @@ class App:
 
     async def start(self) -> None:
         telemetry.setup()
+        self.telemetry.start()
         await self.mcp.start()
         for tool in self.mcp.tools():
-            self.tools.add(tool)
+            self.tools.add(tool, source=MCP)
         await self.store.start()
         await self.event_log.start()
         await self.executor.start()
-        await self.server.start()
+        # The server's RPCs run in tasks of the context it starts in: this App's telemetry.
+        await self.telemetry.run(self.server.start())
+        self.retention.start()
         self._started = True
         log.info(
             "behest serving",
@@ -156,6 +171,8 @@ class App:
                 "event_loop": event_loop.name(),
                 "tools": self.tools.names(),
                 "mcp_servers": self.mcp.status(),
+                "traces_to": self.telemetry.traces_to,
+                "metrics_port": self.telemetry.metrics_port,
             },
         )
 
@@ -166,6 +183,7 @@ class App:
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
         if self._started:
             await self.server.stop_accepting()
+        await self.retention.stop()
         await self.executor.stop(grace)
         # Streams end once their runs have; a short grace lets them send the last events.
         await self.server.stop(1.0)
@@ -173,6 +191,7 @@ class App:
         await self.store.close()
         await self.providers.aclose()
         await self.mcp.stop()
+        await self.telemetry.shutdown()  # the last spans and metrics: the runs' ends
         log.info("behest stopped")
 
 

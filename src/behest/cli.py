@@ -1,5 +1,6 @@
 """The `behest` command: serve, run and watch agent runs, list and inspect them, answer the
-calls they wait for (cli_waits.py); make tokens.
+calls they wait for (cli_waits.py); sessions, a run's stored events, pruning, tools and
+providers (cli_catalog.py); make tokens.
 
 Exit codes: 0 the run completed (or the command succeeded), 1 the run failed or was
 cancelled, 2 an RPC or usage error, 130 interrupted (the run itself goes on in the server).
@@ -24,7 +25,7 @@ from typing import Any, NoReturn
 
 import grpc.aio
 
-from behest import cli_waits
+from behest import cli_catalog, cli_waits
 from behest._proto.agent.v1 import common_pb2, run_pb2
 from behest.client import BehestClient
 from behest.config import DEFAULT_LISTEN, Settings, is_loopback
@@ -104,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--after", type=int, default=0, help="last sequence already seen")
     watch.set_defaults(func=_watch)
 
-    runs = commands.add_parser("runs", help="list, inspect and cancel runs")
+    runs = commands.add_parser("runs", help="list, inspect, cancel and prune runs")
     actions = runs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[server], help="list runs, newest first")
     listing.add_argument("--session", default="")
@@ -119,8 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
         action = actions.add_parser(name, parents=[server], help=text)
         action.add_argument("run_id")
         action.set_defaults(func=func)
+    cli_catalog.add_run_actions(actions, server, _client)
 
     cli_waits.add_commands(commands, server, _client)
+    cli_catalog.add_commands(commands, server, _client)
     _token_commands(commands)
     return parser
 

@@ -11,6 +11,10 @@ over TLS unless the server is on loopback: plaintext can be read on the way); `t
 certificates, PEM) switches the channel to TLS, and `tls_cert` with `tls_key` add a client
 certificate (mTLS). The token is never part of what this module prints, logs or raises.
 
+Listings (all pages, read as they are needed): `run_events` (a run's stored events, not
+live), `list_sessions`, `get_session`, `session_messages`, `delete_session`, `list_tools` and
+`list_providers`.
+
 Runs that wait (client_waits.py): `create_run` and `stream_run` take the run's waiting options;
 `submit_approvals`, `submit_tool_results` and `pending_calls` answer and list waiting calls.
 Given `approve` or client tool functions, `stream_run` and `watch` answer the waiting calls
@@ -26,12 +30,20 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import grpc
 import grpc.aio
 
-from behest._proto.agent.v1 import common_pb2, run_pb2, run_pb2_grpc
+from behest._proto.agent.v1 import (
+    catalog_pb2,
+    catalog_pb2_grpc,
+    common_pb2,
+    run_pb2,
+    run_pb2_grpc,
+    session_pb2,
+    session_pb2_grpc,
+)
 from behest.client_waits import (
     Approval,
     Approver,
@@ -69,6 +81,7 @@ _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 _TOKEN_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
 
 FilePath = str | os.PathLike[str]
+_Stub = TypeVar("_Stub")
 
 
 def is_terminal(event: run_pb2.AgentEvent) -> bool:
@@ -111,6 +124,9 @@ class BehestClient:
         self._backoff_max_s = reconnect_backoff_max_s
         self._channel: grpc.aio.Channel | None = None
         self._stub: run_pb2_grpc.RunServiceStub | None = None
+        self._sessions: session_pb2_grpc.SessionServiceStub | None = None
+        self._tools: catalog_pb2_grpc.ToolServiceStub | None = None
+        self._providers: catalog_pb2_grpc.ProviderServiceStub | None = None
 
     @property
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
@@ -128,6 +144,9 @@ class BehestClient:
         else:
             self._channel = grpc.aio.secure_channel(self.address, self._credentials)
         self._stub = run_pb2_grpc.RunServiceStub(self._channel)
+        self._sessions = session_pb2_grpc.SessionServiceStub(self._channel)
+        self._tools = catalog_pb2_grpc.ToolServiceStub(self._channel)
+        self._providers = catalog_pb2_grpc.ProviderServiceStub(self._channel)
         return self
 
     async def __aexit__(
@@ -142,6 +161,7 @@ class BehestClient:
         """Close the channel; idempotent."""
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
+            self._sessions = self._tools = self._providers = None
             await channel.close()
 
     @property
@@ -273,6 +293,74 @@ class BehestClient:
         """The run's calls that wait for an answer now, in the order the model made them."""
         request = run_pb2.ListPendingCallsRequest(run_id=run_id)
         return list((await self._unary(self.stub.ListPendingCalls, request)).calls)
+
+    # --- listings: a run's stored events, sessions, tools and providers --------------------
+
+    async def run_events(
+        self, run_id: str, after: int = 0, *, page: int = 0
+    ) -> AsyncGenerator[run_pb2.AgentEvent, None]:
+        """The run's stored events after `after`, page by page (`page` events a call; 0: the
+        server's default); only what is stored when each page is read: not live."""
+        more = True
+        while more:
+            request = run_pb2.ListRunEventsRequest(run_id=run_id, after_sequence=after, limit=page)
+            response = await self._unary(self.stub.ListRunEvents, request)
+            for event in response.events:
+                yield event
+            after, more = response.last_sequence, response.more
+
+    async def list_sessions(
+        self, *, limit: int = 0, offset: int = 0
+    ) -> list[session_pb2.SessionRecord]:
+        """The tenant's sessions (SessionRecord), newest first."""
+        request = session_pb2.ListSessionsRequest(
+            pagination=common_pb2.Pagination(limit=limit, offset=offset)
+        )
+        return list((await self._unary(self._open(self._sessions).ListSessions, request)).sessions)
+
+    async def get_session(self, session_id: str) -> session_pb2.SessionRecord:
+        request = session_pb2.GetSessionRequest(session_id=session_id)
+        response = await self._unary(self._open(self._sessions).GetSession, request)
+        found: session_pb2.SessionRecord = response.session
+        return found
+
+    async def session_messages(
+        self, session_id: str, from_position: int = 0, *, page: int = 0
+    ) -> AsyncGenerator[common_pb2.Message, None]:
+        """The session's transcript from a position, page by page (`page` messages a call)."""
+        stub, more = self._open(self._sessions), True
+        while more:
+            request = session_pb2.ListSessionMessagesRequest(
+                session_id=session_id, from_position=from_position, limit=page
+            )
+            response = await self._unary(stub.ListSessionMessages, request)
+            for message in response.messages:
+                yield message
+            from_position, more = response.next_position, response.more
+
+    async def delete_session(self, session_id: str) -> int:
+        """Erase a session and everything of its runs (not retried: a repeat would be
+        NOT_FOUND); how many runs went with it."""
+        request = session_pb2.DeleteSessionRequest(session_id=session_id)
+        stub = self._open(self._sessions)
+        response = await stub.DeleteSession(request, metadata=self._call_metadata)
+        return int(response.runs_deleted)
+
+    async def list_tools(self) -> list[catalog_pb2.ToolInfo]:
+        """The tools runs may use, by name."""
+        stub = self._open(self._tools)
+        return list((await self._unary(stub.ListTools, catalog_pb2.ListToolsRequest())).tools)
+
+    async def list_providers(self) -> list[catalog_pb2.ProviderInfo]:
+        """The configured providers and their models (never a key)."""
+        stub = self._open(self._providers)
+        request = catalog_pb2.ListProvidersRequest()
+        return list((await self._unary(stub.ListProviders, request)).providers)
+
+    def _open(self, stub: _Stub | None) -> _Stub:
+        if stub is None:
+            raise RuntimeError("BehestClient is not open; use `async with BehestClient(...)`")
+        return stub
 
     async def _unary(self, method: Any, request: Any) -> Any:
         """A unary call, retried on UNAVAILABLE with backoff (for idempotent requests)."""

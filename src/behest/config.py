@@ -173,6 +173,17 @@ class Settings(BaseSettings):
     database_url: str = ""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
+    # Traces and metrics (telemetry.py; docs/OPERATIONS.md "Traces and metrics"). Spans and
+    # metrics go over OTLP to otlp_endpoint, e.g. http://127.0.0.1:4317 for grpc or
+    # http://127.0.0.1:4318 for http/protobuf (/v1/traces and /v1/metrics are added); empty:
+    # the standard OTEL_EXPORTER_OTLP_* variables decide, and without them nothing is sent.
+    otlp_endpoint: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    # grpc | http/protobuf; empty: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc.
+    otlp_protocol: Literal["", "grpc", "http/protobuf"] = ""
+    # Spans carry message content (model input and output, tool arguments and results).
+    trace_content: bool = False
+    # host:port of a Prometheus scrape endpoint (/metrics), e.g. 127.0.0.1:9464; empty: none.
+    metrics_listen: str = Field(default="", pattern=r"^(\S+:\d{1,5})?$")
     # Runs executing at once in this process; more → RESOURCE_EXHAUSTED. Per tenant too,
     # unless [tenants.NAME] sets less (so for every limit below that says "per tenant").
     max_concurrent_runs: int = Field(default=256, ge=1)
@@ -245,6 +256,12 @@ class Settings(BaseSettings):
     compaction_cooldown_s: float = Field(default=300.0, ge=0)
     # Seconds in-flight runs get to finish on SIGTERM before they are left resumable.
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+    # Retention (retention.py): every retention_interval_s, finished runs last updated more
+    # than retention_days ago are deleted with everything of them, retention_batch runs per
+    # transaction, and then their sessions left empty. 0 days: off (runs are kept forever).
+    retention_days: float = Field(default=0.0, ge=0)
+    retention_interval_s: float = Field(default=3600.0, gt=0)
+    retention_batch: int = Field(default=500, ge=1)
     # Who may call, over what, and how much each tenant may do.
     auth: AuthSettings = Field(default_factory=AuthSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC
 from typing import TextIO
 
+from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from behest._proto.agent.v1 import common_pb2, run_pb2
+from behest._proto.agent.v1 import catalog_pb2, common_pb2, run_pb2, session_pb2
 
 # Long tool arguments would drown the answer's text; the full call is in the event log.
 MAX_ARGUMENTS_SHOWN = 200
@@ -258,6 +260,107 @@ def format_output(output: run_pb2.RunOutput) -> str:
         calls = [f"→ tool {c.name}({_shorten(c.arguments)})" for c in message.tool_calls]
         lines += ["", f"[{message.role}]", *([text] if text else []), *calls]
     return "\n".join(lines)
+
+
+def format_sessions(sessions: Sequence[session_pb2.SessionRecord]) -> str:
+    """A table of sessions, one line each."""
+    rows = [("SESSION", "RUNS", "MESSAGES", "CREATED", "UPDATED", "ACTIVE RUN")]
+    rows += [
+        (
+            s.id,
+            str(s.run_count),
+            str(s.message_count),
+            _time(s.created_at),
+            _time(s.updated_at),
+            s.active_run_id or "-",
+        )
+        for s in sessions
+    ]
+    return _table(rows)
+
+
+def format_session(session: session_pb2.SessionRecord) -> str:
+    """One session, a field per line."""
+    fields = [
+        ("session", session.id),
+        ("runs", str(session.run_count)),
+        ("messages", str(session.message_count)),
+        ("created", _time(session.created_at)),
+        ("updated", _time(session.updated_at)),
+        ("active run", session.active_run_id or "-"),
+    ]
+    return "\n".join(f"{name:<10} {value}" for name, value in fields)
+
+
+def format_message(message: common_pb2.Message) -> str:
+    """A transcript message: its role (and the call a tool result answers), text, calls."""
+    text = "".join(part.text.text for part in message.content if part.HasField("text"))
+    head = f"[{message.role}]"
+    if message.tool_call_id:
+        head += f" {message.tool_name} ({message.tool_call_id})"
+    calls = [f"→ tool {c.name}({_shorten(c.arguments)})" for c in message.tool_calls]
+    return "\n".join([head, *([text] if text else []), *calls])
+
+
+def format_event(event: run_pb2.AgentEvent) -> str:
+    """One stored event on a line: its sequence, kind and payload (long ones shortened)."""
+    kind = event.WhichOneof("event") or "unknown"
+    body = json_format.MessageToDict(
+        getattr(event, kind) if kind != "unknown" else event, preserving_proto_field_name=True
+    )
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")) if body else ""
+    return f"{event.sequence:>6}  {_time(event.timestamp)}  {kind}  {_shorten(payload)}".rstrip()
+
+
+def format_tools(tools: Sequence[catalog_pb2.ToolInfo]) -> str:
+    """A table of tools: source, what the loop may do with each, timeout, description."""
+    rows = [("TOOL", "SOURCE", "FLAGS", "TIMEOUT", "DESCRIPTION")]
+    rows += [
+        (
+            t.spec.name,
+            t.source,
+            _flags(t),
+            f"{t.timeout_s:g} s" if t.timeout_s else "-",
+            _first_line(t.spec.description),
+        )
+        for t in tools
+    ]
+    return _table(rows)
+
+
+def _flags(tool: catalog_pb2.ToolInfo) -> str:
+    names = ("read_only", "concurrency_safe", "idempotent", "requires_approval")
+    return ",".join(name for name in names if getattr(tool, name)) or "-"
+
+
+def format_providers(providers: Sequence[catalog_pb2.ProviderInfo]) -> str:
+    """A table of providers' models, with limits and prices per million tokens."""
+    rows = [("PROVIDER", "TYPE", "MODEL", "CONTEXT", "MAX OUTPUT", "PRICES IN/OUT PER 1M")]
+    for provider in providers:
+        default = provider.default_model
+        for model in provider.models or [catalog_pb2.ModelInfo()]:
+            name = model.name.value or "(any)"
+            rows.append(
+                (
+                    provider.id.value,
+                    provider.type,
+                    name + (" (default)" if name == default else ""),
+                    str(model.context_window) if model.context_window else "-",
+                    str(model.max_output_tokens) if model.max_output_tokens else "-",
+                    _prices(model),
+                )
+            )
+    return _table(rows)
+
+
+def _prices(model: catalog_pb2.ModelInfo) -> str:
+    if not model.input_price:
+        return "-"
+    return f"{model.input_price} / {model.output_price} {model.currency}"
+
+
+def _first_line(text: str) -> str:
+    return _shorten(text.strip().split("\n", 1)[0])
 
 
 STATUSES = [

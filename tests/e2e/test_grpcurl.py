@@ -6,8 +6,9 @@ health check and the names of the waiting options a CreateRun sets). Each test d
 recipes it runs with `@runs(...)`; a test checks that the declared recipes are exactly the
 doc's, and a fixture checks that each test ran what it declared, so the doc and these tests
 cannot drift apart. The address is replaced by the test server's, `RUN_ID` by a run the test
-made, `CALL_ID` by one of its waiting calls, and `input` by a unique one (except where the
-doc's script is the point).
+made, `SESSION_ID` by a session it made (the recipe's `session_id` given to `run`), `CALL_ID` by
+one of its waiting calls, and `input` by a unique one (except where the doc's script is the
+point).
 
 Recipes with `-cacert ca.crt` instead of `-plaintext` run against a TLS server started for
 them (certificates made by tests/certs.py): with `-cert client.crt -key client.key` one that
@@ -65,6 +66,9 @@ AGENT_SERVICES = (
     "agent.v1.CompactionService",
     "agent.v1.SnapshotService",
     "agent.v1.UsageService",
+    "agent.v1.SessionService",
+    "agent.v1.ToolService",
+    "agent.v1.ProviderService",
 )
 RUN_RPCS = (
     "CreateRun",
@@ -77,6 +81,7 @@ RUN_RPCS = (
     "SubmitApprovals",
     "SubmitToolResults",
     "ListPendingCalls",
+    "ListRunEvents",
 )
 # CreateRun fields that make a run wait, which name their recipes.
 WAIT_OPTIONS = ("approval_required_tools", "client_tools")
@@ -317,6 +322,7 @@ class Recipes:
         if "CALL_ID" in " ".join(argv):
             assert call_id, f"recipe {key!r} needs a call id"
             argv = [a.replace("CALL_ID", call_id) for a in argv]
+        assert "SESSION_ID" not in " ".join(argv), f"recipe {key!r} needs a session_id"
         self.ran.add(key)
         return await grpcurl(argv)
 
@@ -597,6 +603,48 @@ async def test_watch_run_events_of_an_unknown_run_is_not_found(recipes: Recipes)
     assert result.error()[0] == "NotFound"
 
 
+@runs("agent.v1.RunService/ListRunEvents")
+async def test_list_run_events_pages_what_watch_run_events_sends(recipes: Recipes) -> None:
+    steps = script({"text": unique("page these words"), "deltas": 12})
+    watched = await collect(
+        recipes.server.runs.CreateRunStream(create_request(steps, model="script"))
+    )
+    run_id, n = watched[0].run_id, len(watched)
+    expected = [MessageToDict(e, preserving_proto_field_name=True) for e in watched]
+
+    # As written in the doc: the events after sequence 3, all of them (fewer than 100).
+    result = await recipes.run("agent.v1.RunService/ListRunEvents", run_id=run_id)
+    assert result.code == 0, result.stderr
+    page = result.json()
+    assert field(page, "events") == expected[3:]
+    assert int(field(page, "last_sequence")) == n
+    assert not field(page, "more")
+
+    # Pages of 4 from the start: gapless, and together the whole run.
+    pages, after, more = [], 0, True
+    while more:
+        result = await recipes.run(
+            "agent.v1.RunService/ListRunEvents", run_id=run_id, after_sequence=after, limit=4
+        )
+        assert result.code == 0, result.stderr
+        page = result.json()
+        pages += field(page, "events")
+        after, more = int(field(page, "last_sequence")), bool(field(page, "more"))
+    assert pages == expected
+    assert_whole_run(pages, run_id)
+
+    beyond = await recipes.run(
+        "agent.v1.RunService/ListRunEvents", run_id=run_id, after_sequence=n + 5
+    )
+    assert beyond.code == 0, beyond.stderr
+    assert beyond.json() == {"last_sequence": str(n + 5)}
+    unknown = await recipes.run("agent.v1.RunService/ListRunEvents", run_id=str(uuid.uuid4()))
+    assert unknown.code == EXIT_NOT_FOUND, unknown.stderr
+    too_many = await recipes.run("agent.v1.RunService/ListRunEvents", run_id=run_id, limit=10_001)
+    assert too_many.code == 64 + 3, too_many.stderr  # INVALID_ARGUMENT
+    assert too_many.error() == ("InvalidArgument", "limit must be at most 10000, got 10001")
+
+
 @runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/ListRuns")
 async def test_list_runs_with_a_limit_is_newest_first(recipes: Recipes) -> None:
     limit = recipes.by_key["agent.v1.RunService/ListRuns"].data["pagination"]["limit"]  # type: ignore[index]
@@ -677,6 +725,127 @@ async def test_usage_totals_todays_runs(recipes: Recipes) -> None:
     assert int(field(field(result.json(), "total_usage"), "total_tokens")) > 0
     bad = await recipes.run("agent.v1.UsageService/GetUsage", from_day="someday", to_day=today)
     assert bad.code == 64 + 3, bad.stderr  # INVALID_ARGUMENT
+
+
+# --- sessions, tools and providers ---------------------------------------------------------------
+
+
+async def session_with_runs(recipes: Recipes, *texts: str) -> str:
+    """A session with an echo run of each text, one after the other; its id."""
+    session_id = ""
+    for text in texts:
+        events = await collect(
+            recipes.server.runs.CreateRunStream(create_request(text, session_id=session_id))
+        )
+        assert kind(events[-1]) == "run_completed"
+        session_id = events[0].run_started.session_id
+    return session_id
+
+
+@runs(
+    "agent.v1.SessionService/ListSessions",
+    "agent.v1.SessionService/GetSession",
+    "agent.v1.SessionService/ListSessionMessages",
+)
+async def test_sessions_are_listed_shown_and_read_a_page_at_a_time(recipes: Recipes) -> None:
+    older = await session_with_runs(recipes, unique("older"))
+    texts = [unique("first"), unique("second")]
+    newer = await session_with_runs(recipes, *texts)
+
+    listed = await recipes.run("agent.v1.SessionService/ListSessions")
+    assert listed.code == 0, listed.stderr
+    sessions = field(listed.json(), "sessions")
+    assert [field(s, "id") for s in sessions] == [newer, older]
+    assert [(field(s, "run_count"), field(s, "message_count")) for s in sessions] == [
+        (2, 4),
+        (1, 2),
+    ]
+    assert all(field(s, "active_run_id") is None for s in sessions)
+
+    got = await recipes.run("agent.v1.SessionService/GetSession", session_id=newer)
+    assert got.code == 0, got.stderr
+    assert field(got.json(), "session") == sessions[0]
+
+    # As written in the doc (2 from position 0), then the rest from where it said.
+    first = await recipes.run("agent.v1.SessionService/ListSessionMessages", session_id=newer)
+    assert first.code == 0, first.stderr
+    page = first.json()
+    messages = field(page, "messages")
+    assert [field(m, "role") for m in messages] == ["user", "assistant"]
+    assert field(messages[0], "content") == [{"text": {"text": texts[0]}}]
+    assert (field(page, "next_position"), field(page, "more")) == (2, True)
+    rest = await recipes.run(
+        "agent.v1.SessionService/ListSessionMessages",
+        session_id=newer,
+        from_position=2,
+        limit=100,
+    )
+    assert rest.code == 0, rest.stderr
+    page = rest.json()
+    assert [field(field(m, "content")[0], "text") for m in field(page, "messages")] == [
+        {"text": texts[1]},
+        {"text": texts[1]},
+    ]
+    assert (field(page, "next_position"), field(page, "more")) == (4, None)
+
+    unknown = await recipes.run("agent.v1.SessionService/GetSession", session_id=str(uuid.uuid4()))
+    assert unknown.code == EXIT_NOT_FOUND, unknown.stderr
+    bad = await recipes.run("agent.v1.SessionService/GetSession", session_id="not-a-uuid")
+    assert bad.code == 64 + 3, bad.stderr  # INVALID_ARGUMENT
+    assert bad.error() == ("InvalidArgument", "session_id must be a UUID, got 'not-a-uuid'")
+
+
+@runs("agent.v1.SessionService/DeleteSession", "agent.v1.SessionService/GetSession")
+async def test_delete_session_erases_it_with_its_runs(recipes: Recipes) -> None:
+    session_id = await session_with_runs(recipes, unique("forget"), unique("this too"))
+    deleted = await recipes.run("agent.v1.SessionService/DeleteSession", session_id=session_id)
+    assert deleted.code == 0, deleted.stderr
+    assert deleted.json() == {"runs_deleted": 2}
+    for key in ("agent.v1.SessionService/GetSession", "agent.v1.SessionService/DeleteSession"):
+        gone = await recipes.run(key, session_id=session_id)
+        assert gone.code == EXIT_NOT_FOUND, gone.stderr
+        code, message = gone.error()
+        assert code == "NotFound" and session_id in message, message
+
+    busy = await slow_run(recipes.server, deltas=400, delay_ms=25)
+    await streaming(recipes.server, busy)
+    got = await recipes.server.runs.GetRun(pb.GetRunRequest(run_id=busy))
+    refused = await recipes.run(
+        "agent.v1.SessionService/DeleteSession", session_id=got.run.session_id
+    )
+    assert refused.code == EXIT_FAILED_PRECONDITION, refused.stderr
+    assert busy in refused.error()[1]
+    await recipes.server.runs.CancelRun(pb.CancelRunRequest(run_id=busy))
+
+
+@runs("agent.v1.ToolService/ListTools")
+async def test_list_tools_shows_each_tools_source_and_flags(recipes: Recipes) -> None:
+    result = await recipes.run("agent.v1.ToolService/ListTools")
+    assert result.code == 0, result.stderr
+    tools = {field(field(t, "spec"), "name"): t for t in field(result.json(), "tools")}
+    assert list(tools) == sorted(tools)
+    assert set(tools) == {*recipes.server.app.tools.names(), "spawn_agent"}
+    calculator = tools["calculator"]
+    assert field(calculator, "source") == "builtin"
+    assert all(field(calculator, f) for f in ("read_only", "concurrency_safe", "idempotent"))
+    assert field(calculator, "timeout_s") == 30
+    schema = json.loads(field(field(calculator, "spec"), "parameters_schema"))
+    assert schema["required"] == ["expression"]
+    spawn = tools["spawn_agent"]
+    assert (field(spawn, "idempotent"), field(spawn, "read_only")) == (True, None)
+    assert "allow_sub_agents" in field(field(spawn, "spec"), "description")
+
+
+@runs("agent.v1.ProviderService/ListProviders")
+async def test_list_providers_shows_the_models(recipes: Recipes) -> None:
+    result = await recipes.run("agent.v1.ProviderService/ListProviders")
+    assert result.code == 0, result.stderr
+    [local] = field(result.json(), "providers")
+    assert (field(local, "id"), field(local, "type")) == ({"value": "local"}, "local")
+    models = field(local, "models")
+    assert [field(m, "name") for m in models] == [{"value": "echo"}, {"value": "script"}]
+    assert int(field(models[0], "context_window")) == 128_000
+    assert "api_key" not in result.stdout
 
 
 # --- runs that wait ---------------------------------------------------------------------------

@@ -290,6 +290,7 @@ async def test_a_500_on_every_attempt_fails_the_run_naming_provider_and_cause(
     assert PROVIDER in error
     assert "HTTP 500" in error
     assert "Internal server error" in error
+    assert events[-1].run_failed.code == pb.FAILURE_CODE_PROVIDER_UNAVAILABLE
     assert "gave up after 3 attempts" in error
 
 
@@ -306,6 +307,7 @@ async def test_a_401_fails_at_once_and_the_key_is_in_no_event_and_no_log(
     assert kind(events[-1]) == "run_failed"
     assert "authentication failed" in events[-1].run_failed.error
     assert "401" in events[-1].run_failed.error
+    assert events[-1].run_failed.code == pb.FAILURE_CODE_AUTHENTICATION
     assert all(KEY.encode() not in e.SerializeToString() for e in events)
     assert caplog.records
     for record in caplog.records:

@@ -233,6 +233,7 @@ async def test_a_500_every_time_fails_the_run_after_max_attempts(
     assert PROVIDER in failure
     assert "HTTP 500" in failure and message in failure
     assert "3 attempts" in failure
+    assert events[-1].run_failed.code == pb.FAILURE_CODE_PROVIDER_UNAVAILABLE
 
 
 async def test_a_401_fails_at_once_and_the_key_appears_nowhere(
@@ -256,6 +257,7 @@ async def test_a_401_fails_at_once_and_the_key_appears_nowhere(
     assert iterations_started(events) == [1]
     failure = events[-1].run_failed.error
     assert "authentication failed" in failure and "401" in failure and PROVIDER in failure
+    assert events[-1].run_failed.code == pb.FAILURE_CODE_AUTHENTICATION
     run_record = await server.runs.GetRun(pb.GetRunRequest(run_id=events[0].run_id))
     for secret in (KEY, KEY[8:], masked):
         assert all(secret.encode() not in e.SerializeToString() for e in events)

@@ -1,7 +1,8 @@
-"""Property-based fuzz of every RPC of agent.v1 RunService, CompactionService and
-SnapshotService, through a real server on 127.0.0.1:0 and real grpc.aio clients.
+"""Property-based fuzz of every RPC of agent.v1 RunService, CompactionService,
+SnapshotService, UsageService, SessionService, ToolService and ProviderService, through a real
+server on 127.0.0.1:0 and real grpc.aio clients.
 
-The tests: raw bytes to each of the 17 RPCs; CreateRun/CreateRunStream with up to three
+The tests: raw bytes to each of the 24 RPCs; CreateRun/CreateRunStream with up to three
 adversarial fields; the `script` model with adversarial scripts; GetRun, GetRunOutput,
 CancelRun, WatchRunEvents and ListRuns with adversarial ids, cursors, filters and pages;
 CompactionService and SnapshotService; deep JSON and absurd numbers where clients put JSON.
@@ -70,8 +71,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from behest._proto.agent.v1 import catalog_pb2 as cat
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import session_pb2 as spb
 from tests.fault import fuzz_strategies as fs
 from tests.support import Server, create_request, fast_settings, script, start_server, stop_server
 
@@ -214,7 +217,59 @@ RPCS = {
             False,
             _codes(IA, NF),
         ),
+        Rpc(
+            "RunService",
+            "ListRunEvents",
+            pb.ListRunEventsRequest,
+            pb.ListRunEventsResponse,
+            False,
+            _codes(IA, NF),
+        ),
         Rpc("UsageService", "GetUsage", pb.GetUsageRequest, pb.GetUsageResponse, False, _codes(IA)),
+        Rpc(
+            "SessionService",
+            "ListSessions",
+            spb.ListSessionsRequest,
+            spb.ListSessionsResponse,
+            False,
+            _codes(IA),
+        ),
+        Rpc(
+            "SessionService",
+            "GetSession",
+            spb.GetSessionRequest,
+            spb.GetSessionResponse,
+            False,
+            _codes(IA, NF),
+        ),
+        Rpc(
+            "SessionService",
+            "ListSessionMessages",
+            spb.ListSessionMessagesRequest,
+            spb.ListSessionMessagesResponse,
+            False,
+            _codes(IA, NF),
+        ),
+        Rpc(
+            "SessionService",
+            "DeleteSession",
+            spb.DeleteSessionRequest,
+            spb.DeleteSessionResponse,
+            False,
+            _codes(IA, NF, FP),
+            True,
+        ),
+        Rpc(
+            "ToolService", "ListTools", cat.ListToolsRequest, cat.ListToolsResponse, False, _codes()
+        ),
+        Rpc(
+            "ProviderService",
+            "ListProviders",
+            cat.ListProvidersRequest,
+            cat.ListProvidersResponse,
+            False,
+            _codes(),
+        ),
         Rpc(
             "CompactionService",
             "GetCompactionConfig",
@@ -701,6 +756,7 @@ def _is_live(run: KnownRun) -> bool:
 
 # --- raw bytes ---------------------------------------------------------------------------------
 
+UNKNOWN_SESSION = "5e5510e0-0000-4000-8000-00000000f022"
 STATIC_REQUESTS: dict[str, bytes] = {
     "CreateRun": create_request("hello fuzz").SerializeToString(),
     "CreateRunStream": create_request("hello fuzz").SerializeToString(),
@@ -720,6 +776,18 @@ STATIC_REQUESTS: dict[str, bytes] = {
     ).SerializeToString(),
     "GetCircuitBreaker": b"",
     "ListSnapshots": b"",
+    "ListSessions": spb.ListSessionsRequest(
+        pagination=c.Pagination(limit=5, offset=1)
+    ).SerializeToString(),
+    # Sessions nobody made: mutated, they stay unknown (or malformed), so a DeleteSession
+    # never erases the seeded runs the other tests rely on.
+    "GetSession": spb.GetSessionRequest(session_id=UNKNOWN_SESSION).SerializeToString(),
+    "ListSessionMessages": spb.ListSessionMessagesRequest(
+        session_id=UNKNOWN_SESSION, from_position=2, limit=10
+    ).SerializeToString(),
+    "DeleteSession": spb.DeleteSessionRequest(session_id=UNKNOWN_SESSION).SerializeToString(),
+    "ListTools": b"",
+    "ListProviders": b"",
 }
 
 
@@ -732,6 +800,9 @@ def valid_requests(world: World, rpc: Rpc) -> list[bytes]:
     if rpc.name == "WatchRunEvents":
         for request in requests:
             request.last_event_id = 2  # type: ignore[attr-defined]
+    if rpc.name == "ListRunEvents":
+        for request in requests:
+            request.after_sequence, request.limit = 2, 3  # type: ignore[attr-defined]
     return [r.SerializeToString() for r in requests]
 
 
@@ -749,7 +820,7 @@ def watches_busy(world: World, rpc: Rpc, payload: bytes) -> bool:
 @settings(FUZZ, max_examples=examples(260))
 @given(rpc=st.sampled_from(sorted(RPCS)), spec=fs.raw_bytes())
 async def test_raw_bytes_to_every_rpc(world: World, rpc: str, spec: fs.RawSpec) -> None:
-    """Arbitrary bytes as the request body of each of the 17 RPCs."""
+    """Arbitrary bytes as the request body of each of the 24 RPCs."""
     payload = spec.build(valid_requests(world, RPCS[rpc]))
     await world.exchange(RPCS[rpc], payload, live=watches_busy(world, RPCS[rpc], payload))
 

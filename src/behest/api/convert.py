@@ -10,12 +10,16 @@ from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from behest._proto.agent.v1 import catalog_pb2 as pb_catalog
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import session_pb2 as pb_session
+from behest.domain import catalog
 from behest.domain import events as ev
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.messages import Message, ToolCall
 from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
+from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money, RunBudget
 from behest.domain.waits import PendingCall
@@ -245,3 +249,63 @@ def circuit_breaker(state: CircuitBreakerState, *, is_open: bool) -> pb.GetCircu
     return pb.GetCircuitBreakerResponse(
         is_open=is_open, consecutive_failures=state.consecutive_failures
     )
+
+
+def session(value: Session) -> pb_session.SessionRecord:
+    return pb_session.SessionRecord(
+        id=value.id,
+        created_at=timestamp(value.created_at),
+        updated_at=timestamp(value.updated_at),
+        active_run_id=value.active_run_id,
+        run_count=value.run_count,
+        message_count=value.message_count,
+    )
+
+
+def tool_info(value: catalog.ToolInfo) -> pb_catalog.ToolInfo:
+    return pb_catalog.ToolInfo(
+        spec=pb_common.ToolSpec(
+            name=value.name,
+            description=value.description,
+            parameters_schema=json.dumps(value.parameters_schema, separators=(",", ":")),
+        ),
+        source=value.source,
+        read_only=value.read_only,
+        concurrency_safe=value.concurrency_safe,
+        idempotent=value.idempotent,
+        requires_approval=value.requires_approval,
+        timeout_s=value.timeout_s,
+    )
+
+
+def provider_info(value: catalog.ProviderInfo) -> pb_catalog.ProviderInfo:
+    """A provider as ListProviders shows it: there is no field an API key could go in."""
+    return pb_catalog.ProviderInfo(
+        id=pb_common.ProviderId(value=value.name),
+        type=value.type,
+        base_url=value.base_url,
+        default_model=value.default_model,
+        models=[_model_info(m) for m in value.models],
+    )
+
+
+def _model_info(value: catalog.ModelInfo) -> pb_catalog.ModelInfo:
+    """A model's limits and prices per million tokens (cached and cache-write prices default
+    to the input price, as costs are counted)."""
+    out = pb_catalog.ModelInfo(
+        name=pb_common.ModelName(value=value.name),
+        context_window=value.context_window,
+        max_output_tokens=value.max_output_tokens,
+    )
+    prices = value.prices
+    if prices is not None:
+        out.input_price = _decimal(prices.input)
+        out.output_price = _decimal(prices.output)
+        out.cached_input_price = _decimal(_or(prices.cached_input, prices.input))
+        out.cache_write_price = _decimal(_or(prices.cache_write, prices.input))
+        out.currency = prices.currency
+    return out
+
+
+def _or(value: Decimal | None, default: Decimal) -> Decimal:
+    return default if value is None else value

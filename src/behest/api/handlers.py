@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,12 @@ from behest.api.admission import Admission
 from behest.api.auth import current_caller
 from behest.api.status import status_of
 from behest.errors import BehestError
+from behest.metrics import Attributes, Metrics
 from behest.telemetry import (
     context_from_traceparent,
+    current,
     current_trace_ids,
+    failed,
     traceparent_in,
     tracer,
 )
@@ -54,7 +58,7 @@ def generic_handler(
         deserialize = _lenient(request_cls)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _guard_stream(fn, admission),
+                _guard_stream(fn, admission, method.name),
                 request_deserializer=deserialize,
                 response_serializer=response_cls.SerializeToString,
             )
@@ -109,18 +113,35 @@ def _guard_unary(fn: Callable[..., Any], admission: Admission) -> Callable[..., 
 
 
 def _guard_stream(
-    fn: Callable[..., AsyncIterator[Any]], admission: Admission
+    fn: Callable[..., AsyncIterator[Any]], admission: Admission, method: str
 ) -> Callable[..., Any]:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        began = time.perf_counter()
         await _reject_undecodable(request, context)
         async with _status_on_error(context):
             tenant = current_caller().tenant
             admission.check_size(tenant, request)
-            with admission.stream(tenant):
+            metrics = current().metrics
+            attributes = metrics.attrs("method", method)
+            with admission.stream(tenant), _open_stream(metrics, attributes):
+                first = True
                 async for item in fn(request, context):
+                    if first:  # behest_stream_first_event: from the call's start
+                        first = False
+                        metrics.first_event.record(time.perf_counter() - began, attributes)
                     yield item
 
     return handle
+
+
+@contextlib.contextmanager
+def _open_stream(metrics: Metrics, attributes: Attributes) -> Iterator[None]:
+    """Count the stream in behest_open_streams while it is open."""
+    metrics.open_streams.add(1, attributes)
+    try:
+        yield
+    finally:
+        metrics.open_streams.add(-1, attributes)
 
 
 async def _reject_undecodable(request: Any, context: grpc.aio.ServicerContext) -> None:
@@ -135,7 +156,8 @@ async def _abort_internal(context: grpc.aio.ServicerContext) -> None:
     """INTERNAL with the id of a trace that holds the error (the client's, if it sent one)."""
     parent = context_from_traceparent(traceparent_in(context.invocation_metadata() or ()))
     with tracer().start_as_current_span("behest.rpc.error", context=parent) as span:
-        span.record_exception(sys.exc_info()[1] or RuntimeError("unknown"))
+        # Its type only: the exception's text or stack may quote anything (the log has them).
+        failed(span, sys.exc_info()[1] or RuntimeError("unknown"))
         trace_id, _ = current_trace_ids()
         log.exception("unexpected error in RPC", extra={"trace_id": trace_id})
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error (trace id {trace_id})")

@@ -16,6 +16,7 @@ from jsonschema.exceptions import SchemaError
 from behest import bounded_json
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
 from behest.domain.spend import RunBudget
 from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
@@ -356,3 +357,54 @@ def usage_query(request: pb.GetUsageRequest, today: str) -> UsageQuery:
     return UsageQuery(
         session_id=session_id, from_day=days[0].isoformat(), to_day=days[1].isoformat()
     )
+
+
+# --- pages of stored things: a run's events, sessions, a session's messages -------------------
+
+EVENTS_LIMIT_DEFAULT = 1000
+EVENTS_LIMIT_MAX = 10_000
+MESSAGES_LIMIT_DEFAULT = 100
+MESSAGES_LIMIT_MAX = 1000
+# Sequences are BIGINT: a cursor past the largest one is past every run's end.
+MAX_SEQUENCE = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventsQuery:
+    run_id: str
+    after: int
+    limit: int
+
+
+def events_query(request: pb.ListRunEventsRequest) -> EventsQuery:
+    """Validate ListRunEvents: the run id, and limit (default 1000, at most 10000)."""
+    run_id = uuid_field(request.run_id, "run_id")
+    limit = _limit(request.limit, "limit", EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX)
+    return EventsQuery(run_id=run_id, after=min(request.after_sequence, MAX_SEQUENCE), limit=limit)
+
+
+def sessions_page(request: pb_session.ListSessionsRequest) -> tuple[int, int]:
+    """ListSessions' (limit, offset): limit defaults to 100, at most 100."""
+    page = request.pagination
+    limit = _limit(page.limit, "pagination.limit", LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)
+    return limit, page.offset
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesQuery:
+    session_id: str
+    from_position: int
+    limit: int
+
+
+def messages_query(request: pb_session.ListSessionMessagesRequest) -> MessagesQuery:
+    """Validate ListSessionMessages: the session id, and limit (default 100, at most 1000)."""
+    session_id = uuid_field(request.session_id, "session_id")
+    limit = _limit(request.limit, "limit", MESSAGES_LIMIT_DEFAULT, MESSAGES_LIMIT_MAX)
+    return MessagesQuery(session_id=session_id, from_position=request.from_position, limit=limit)
+
+
+def _limit(value: int, field: str, default: int, maximum: int) -> int:
+    if value > maximum:
+        raise InvalidArgument(f"{field} must be at most {maximum}, got {value}")
+    return value or default

@@ -13,6 +13,7 @@ from behest.api.auth import current_caller
 from behest.api.requests import (
     approval_answers,
     cancel_reason,
+    events_query,
     run_query,
     run_request,
     tool_results,
@@ -115,3 +116,15 @@ class RunServicer:
             current_caller(), uuid_field(request.run_id, "run_id")
         )
         return pb.ListPendingCallsResponse(calls=[convert.pending_call(c) for c in calls])
+
+    async def ListRunEvents(
+        self, request: pb.ListRunEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunEventsResponse:
+        query = events_query(request)
+        events, more = await self._runs.events(
+            current_caller(), query.run_id, after=query.after, limit=query.limit
+        )
+        last = events[-1].sequence if events else request.after_sequence
+        return pb.ListRunEventsResponse(
+            events=[convert.event(e) for e in events], last_sequence=last, more=more
+        )

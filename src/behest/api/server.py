@@ -1,4 +1,4 @@
-"""The grpc.aio server: our four services, grpc.health.v1, reflection, stream cap."""
+"""The grpc.aio server: the agent.v1 services, grpc.health.v1, reflection, stream cap."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import catalog_pb2, run_pb2, session_pb2
 from behest.api.admission import Admission
 from behest.api.auth import Authenticator, AuthInterceptor
+from behest.api.catalog_service import ProviderServicer, ToolServicer
 from behest.api.compaction_service import CompactionServicer
 from behest.api.handlers import generic_handler
 from behest.api.run_service import RunServicer
+from behest.api.session_service import SessionServicer
 from behest.api.snapshot_service import SnapshotServicer
 from behest.api.usage_service import UsageServicer
 from behest.config import AuthSettings, TlsSettings
@@ -24,6 +26,9 @@ SERVICES = (
     "agent.v1.CompactionService",
     "agent.v1.SnapshotService",
     "agent.v1.UsageService",
+    "agent.v1.SessionService",
+    "agent.v1.ToolService",
+    "agent.v1.ProviderService",
 )
 
 
@@ -53,16 +58,18 @@ class ApiServer:
             interceptors=[interceptor],
             options=[("grpc.max_receive_message_length", max_receive_message_bytes)],
         )
-        servicers = {
-            "RunService": RunServicer(runs, admission),
-            "CompactionService": CompactionServicer(runs),
-            "SnapshotService": SnapshotServicer(runs),
-            "UsageService": UsageServicer(runs),
-        }
-        for name, servicer in servicers.items():
-            self._server.add_generic_rpc_handlers(
-                (generic_handler(pb.DESCRIPTOR.services_by_name[name], servicer, admission),)
-            )
+        servicers = [
+            (run_pb2, "RunService", RunServicer(runs, admission)),
+            (run_pb2, "CompactionService", CompactionServicer(runs)),
+            (run_pb2, "SnapshotService", SnapshotServicer(runs)),
+            (run_pb2, "UsageService", UsageServicer(runs)),
+            (session_pb2, "SessionService", SessionServicer(runs)),
+            (catalog_pb2, "ToolService", ToolServicer(runs)),
+            (catalog_pb2, "ProviderService", ProviderServicer(runs)),
+        ]
+        for module, name, servicer in servicers:
+            service = module.DESCRIPTOR.services_by_name[name]
+            self._server.add_generic_rpc_handlers((generic_handler(service, servicer, admission),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
             (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,8 +22,9 @@ from behest.domain.runs import CreatedRun
 from behest.errors import Unavailable
 from behest.events.notify import Notifier
 from behest.events.tail import RecentEvents
+from behest.metrics import Metrics
 from behest.store.base import AppendEvent, NewRun, Store, Write
-from behest.telemetry import current_trace_ids
+from behest.telemetry import current, current_trace_ids
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,15 @@ class _Step:
 class EventLog:
     """Group-committing writer and the committed-events feed readers follow."""
 
-    def __init__(self, store: Store, *, batch_max: int, window_s: float, max_pending: int = 20_000):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        batch_max: int,
+        window_s: float,
+        max_pending: int = 20_000,
+        metrics: Metrics | None = None,
+    ):
         self._store = store
         self._batch_max = batch_max
         self._window_s = window_s
@@ -57,6 +67,8 @@ class EventLog:
         # committed, until the owner re-reads where the log ends (RunLog.resync).
         self._broken: set[str] = set()
         self.notifier = Notifier()
+        self._metrics = metrics if metrics is not None else current().metrics
+        self._published = 0  # events published since the last commit was measured
 
     async def start(self) -> None:
         if self._task is None:
@@ -107,7 +119,16 @@ class EventLog:
             batch = self._take_batch()
             if not self._queue:
                 self._has_work.clear()
+            began = time.perf_counter()
             await self._commit(batch)
+            self._measure(time.perf_counter() - began)
+
+    def _measure(self, seconds: float) -> None:
+        """One commit's latency and the events it published (one measurement per batch)."""
+        self._metrics.commit_duration.record(seconds)
+        if self._published:
+            self._metrics.events_written.add(self._published)
+            self._published = 0
 
     def _take_batch(self) -> list[_Step]:
         batch: list[_Step] = []
@@ -119,6 +140,8 @@ class EventLog:
             batch.append(step)
             count += max(1, len(step.writes))
         self._pending_writes -= count
+        if count:
+            self._metrics.commit_batch_size.record(count)
         if self._pending_writes < self._max_pending:
             self._has_room.set()
         return batch
@@ -211,6 +234,7 @@ class EventLog:
         self._broken.discard(run_id)
 
     def _publish(self, events: list[Event]) -> None:
+        self._published += len(events)
         for event in events:
             self.recent.add(event)
         for run_id in {e.run_id for e in events}:

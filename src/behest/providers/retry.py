@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from behest.errors import ProviderError, TransientProviderError
+from behest.telemetry import current
 
 T = TypeVar("T")
 
@@ -67,7 +68,9 @@ async def with_retries(
         try:
             return await attempt(number)
         except TransientProviderError as exc:
-            await sleep(policy.delay_after(exc, number))
+            delay = policy.delay_after(exc, number)
+            current().metrics.retried(exc.provider, type(exc).__name__)
+            await sleep(delay)
     raise AssertionError("unreachable")
 
 

@@ -20,6 +20,7 @@ from behest.events.log import RunLog
 from behest.runs import compaction
 from behest.runs.summariser import Summary
 from behest.store.base import AppendMessage, ClearToolResults, Store, Write
+from behest.telemetry import current
 
 Summarise = Callable[[Sequence[Message]], Awaitable[Summary]]
 
@@ -61,6 +62,7 @@ class Compactor:
         self._cooldown_s = cooldown_s
         # Summary calls made and not yet counted by the run (budgets, usage): take_spent().
         self._spent: list[Summary] = []
+        self._metrics = current().metrics
 
     def take_spent(self) -> list[Summary]:
         """The summary calls made since the last time, for the run to count."""
@@ -74,6 +76,7 @@ class Compactor:
         if compaction.estimate_tokens(compaction.context(transcript)) < self._threshold:
             return None
         breaker = await self._store.get_circuit_breaker(tenant=self._run.tenant)
+        self._metrics.breaker(self._run.tenant, breaker, self._cooldown_s)
         if breaker.is_open(now=datetime.now(UTC), cooldown_s=self._cooldown_s):
             return None
         return await self._compact(transcript, position, reason="threshold")
@@ -95,6 +98,7 @@ class Compactor:
                 ev.CompactionFinished(len(current), before, False, False, str(failure))
             )
             await self._record(succeeded=False)
+            self._metrics.compacted("failed", reason)
             return None
         after = compaction.context(compacted)
         await self._log.emit(
@@ -102,6 +106,7 @@ class Compactor:
             state=writes,
         )
         await self._record(succeeded=True)
+        self._metrics.compacted("pruned" if pruned_only else "summarised", reason)
         merged = self._merge(transcript, compacted, writes)
         return Compacted(merged, used_position=not pruned_only)
 
@@ -176,6 +181,7 @@ class Compactor:
             threshold=self._config.circuit_breaker_threshold,
             now=now,
         )
+        self._metrics.breaker(tenant, state, self._cooldown_s)
         if not was_open and state.is_open(now=now, cooldown_s=self._cooldown_s):
             await self._log.emit(ev.CompactionCircuitOpened(state.consecutive_failures))
 

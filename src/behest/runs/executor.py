@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
@@ -40,7 +41,13 @@ from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
 from behest.runs.waiting import Waiting
 from behest.store.base import AppendMessage, NewRun, Store
-from behest.telemetry import context_from_traceparent, current_trace_ids, tracer
+from behest.telemetry import (
+    Telemetry,
+    bind,
+    context_from_traceparent,
+    current,
+    current_trace_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +72,21 @@ class Executor:
         node_id: str = "local",
         lease_s: float = 30.0,
         resume_runs: bool = True,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        """`telemetry`: the App's (spans, metrics), bound in every run task."""
         self._store = store
         self._log = event_log
         self._builder = builder
         self._max_runs = max_concurrent_runs
         self._runs = Held()
+        self._telemetry = telemetry if telemetry is not None else current()
+        self._metrics = self._telemetry.metrics
+        self._metrics.watch_active_runs(lambda: len(self._runs))
         # Each tenant's limit of active runs (the server's unless it has its own).
         self._max_runs_of = max_runs_of or (lambda tenant: max_concurrent_runs)
         self._accepting = True
-        self.leases = Leases(store, node=node_id, lease_s=lease_s)
+        self.leases = Leases(store, node=node_id, lease_s=lease_s, metrics=self._metrics)
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
         # Creations a cancelled CreateRun left to finish (see create); wake-ups of waiting runs.
@@ -137,10 +149,16 @@ class Executor:
                 f"({allowed}); retry when some have finished"
             )
         run_id = str(uuid.uuid4())
-        span = tracer().start_span(
+        span = self._telemetry.tracer.start_span(
             "behest.run",
             context=context_from_traceparent(traceparent),
-            attributes={"behest.run_id": run_id},
+            attributes={
+                "behest.run_id": run_id,
+                "behest.tenant": tenant,
+                "behest.provider": request.provider,
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.request.model": request.model,
+            },
         )
         # Reserved before the creation commits: a CancelRun that reads the new run before its
         # task starts finds it here, and the task starts by cancelling.
@@ -175,6 +193,7 @@ class Executor:
         try:
             outcome = await commit_creation(self._log, self._store, creation)
             if isinstance(outcome, Run):  # created, but the outcome was lost: from the store
+                self._metrics.runs_started.add(1)
                 span.end()
                 await self._resume(outcome, handle)
                 return CreatedRun(run=outcome, created=True)
@@ -189,7 +208,9 @@ class Executor:
             self._runs.release(creation.run_id, handle)
             span.end()
             return created
+        self._metrics.runs_started.add(1)
         span.set_attribute("behest.session_id", created.run.session_id)
+        span.set_attribute("gen_ai.conversation.id", created.run.session_id)
         # A new session holds only this run's input: no need to read it back.
         known = None
         if not creation.request.session_id:
@@ -282,6 +303,7 @@ class Executor:
                     "GetRun tells whether it was written"
                 ) from None
             handle.final = ending.status
+            self._ended(ending)
             return handle.final
         finally:
             self._runs.release(run.id, handle, "its end could not be written")
@@ -352,15 +374,24 @@ class Executor:
             handle = self._runs.hold(run.id, OwnedRun(run.tenant))
             try:
                 if await self.leases.claim(run.id):
+                    self._metrics.lease_adoptions.add(1, self._adopted_from(run))
                     await self._resume(run, handle)
             finally:
                 if handle.task is None:
                     self._runs.release(run.id, handle)
 
+    def _adopted_from(self, run: Run) -> dict[str, str]:
+        """The attributes of an adoption: whose claim the run had."""
+        if not run.owner:
+            previous = "none"
+        else:
+            previous = "this_node" if run.owner == self.leases.node else "other_node"
+        return self._metrics.attrs("previous_owner", previous)
+
     async def _resume(self, run: Run, handle: OwnedRun) -> None:
         snapshot = await self._store.get_snapshot(run.id)
         last_sequence = await self._store.last_sequence(run.id)
-        span = tracer().start_span(
+        span = self._telemetry.tracer.start_span(
             "behest.run.resume",
             context=context_from_traceparent(run.traceparent),
             attributes={"behest.run_id": run.id, "behest.resumed_after": last_sequence},
@@ -398,23 +429,43 @@ class Executor:
         transcript: list[Message] | None,
     ) -> None:
         handle.started = True
+        bind(self._telemetry)  # this task's spans and metrics are this App's
         waiting = None
         try:
             # No stack traces in spans: a provider error's causes may quote a key.
-            with trace.use_span(span, end_on_exit=True, record_exception=False):
+            with trace.use_span(
+                span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+            ):
                 ending, progress = await self._outcome(run, handle, run_log, snapshot, transcript)
                 if ending is None:
+                    span.set_attribute("behest.outcome", "stopped")
                     return  # shutdown: the run stays resumable
                 if isinstance(ending, Waiting):
+                    span.set_attribute("behest.outcome", "waiting")
                     waiting = ending  # durable, and nobody's: any node may take it up
                     return
                 await self._ender.finish(run, run_log, ending, progress)
                 handle.final = ending.status
+                self._ended(ending, span)
         finally:
             problem = "" if waiting else "the server is shutting down; the run stays resumable"
             self._runs.release(run.id, handle, problem)
             if waiting is not None:
                 self._paused(run.id, waiting, handle)
+
+    def _ended(self, ending: Ending, span: trace.Span | None = None) -> None:
+        """Count a run's durable end, and tell it on the run's span."""
+        outcome = ending.status.name.lower()  # completed | failed | cancelled
+        self._metrics.run_finished(outcome, ending.failure_code)
+        if span is None:
+            return
+        span.set_attribute("behest.outcome", outcome)
+        if ending.status == RunStatus.FAILED:
+            code = ending.failure_code.name.lower()
+            span.set_attribute("behest.failure_code", code)
+            # A run's error may quote what the model sent (a doom loop's arguments): content.
+            words = ending.error if self._telemetry.trace_content else f"the run failed: {code}"
+            span.set_status(Status(StatusCode.ERROR, words))
 
     async def _outcome(
         self,

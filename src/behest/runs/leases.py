@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from behest.domain.runs import Run
 from behest.errors import FailedPrecondition
+from behest.metrics import Metrics
 from behest.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,13 @@ def leased_elsewhere(run: Run, node: str, now: datetime) -> bool:
 class Leases:
     """Renews this node's leases in the background and calls `adopt` after each renewal."""
 
-    def __init__(self, store: Store, *, node: str, lease_s: float) -> None:
+    def __init__(
+        self, store: Store, *, node: str, lease_s: float, metrics: Metrics | None = None
+    ) -> None:
         self._store = store
+        self._metrics = metrics if metrics is not None else Metrics()
+        self._renewed = self._metrics.attrs("outcome", "ok")
+        self._not_renewed = self._metrics.attrs("outcome", "error")
         self.node = node
         self._lease_s = lease_s
         self._keeper: asyncio.Task[None] | None = None
@@ -89,11 +95,14 @@ class Leases:
     async def _keep(self, adopt: Adopt | None) -> None:
         while True:
             await asyncio.sleep(self._lease_s / 3)
+            outcome = self._renewed
             try:
                 await self._store.renew_leases(owner=self.node, lease_until=self.until())
                 if adopt is not None:
                     await adopt()
             except Exception:
+                outcome = self._not_renewed
                 log.exception("renewing run leases failed; retrying")
+            self._metrics.lease_renewals.add(1, outcome)
             self.rounds += 1
             self._round_done.set()

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+
+from opentelemetry.trace import Span
 
 from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
@@ -20,6 +23,7 @@ from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, RunBudget
 from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
 from behest.events.log import RunLog
+from behest.metrics import ModelCall
 from behest.providers.base import ModelRequest, Provider, ToolDefinition
 from behest.providers.config import ProviderConfig
 from behest.providers.guard import guarded_stream
@@ -35,7 +39,7 @@ from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn, TurnAssembler
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
 from behest.store.base import AppendMessage, Store
-from behest.telemetry import span
+from behest.telemetry import current, messages_content, output_content, span
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
@@ -98,6 +102,10 @@ class AgentLoop:
         model = provider_config.model_info(run.model)
         self._max_output_tokens = model.max_output_tokens
         self._prices = getattr(model, "prices", None)
+        self._telemetry = current()
+        self._metrics = self._telemetry.metrics
+        self._model_call = ModelCall(self._metrics, run.provider, run.model)
+        self._system = provider_config.type  # gen_ai.system: openai, anthropic, local
         self._tools = tools
         self._limits = limits
         self._max_iterations = run.max_iterations or limits.max_iterations
@@ -287,16 +295,55 @@ class AgentLoop:
             ev.ModelStarted(self._run.provider, self._run.model, self.progress.iteration),
             state=self.progress.state(RunStatus.CALLING_MODEL),
         )
-        with span(
-            "behest.model_call",
-            {
-                "behest.provider": self._run.provider,
-                "behest.model": self._run.model,
-                "behest.iteration": self.progress.iteration,
-                "behest.attempt": attempt,
-            },
-        ):
-            return await self._stream_turn(allowed)
+        with span("behest.model_call", self._call_attributes(attempt, allowed)) as call_span:
+            began = time.perf_counter()
+            try:
+                turn = await self._stream_turn(allowed)
+            except Exception:
+                self._metrics.model_call(self._model_call, time.perf_counter() - began, ok=False)
+                raise
+            self._metrics.model_call(self._model_call, time.perf_counter() - began, ok=True)
+            self._trace_turn(call_span, turn)
+            return turn
+
+    def _call_attributes(self, attempt: int, max_tokens: int) -> dict[str, str | int]:
+        """A model call span's attributes (GenAI semantic conventions), content only when
+        trace_content is on."""
+        attributes: dict[str, str | int] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": self._system,
+            "gen_ai.provider.name": self._system,
+            "gen_ai.request.model": self._run.model,
+            "gen_ai.request.max_tokens": max_tokens,
+            "gen_ai.conversation.id": self._run.session_id,
+            "behest.provider": self._run.provider,
+            "behest.model": self._run.model,
+            "behest.iteration": self.progress.iteration,
+            "behest.attempt": attempt,
+        }
+        if self._telemetry.trace_content:
+            context = compaction.context(self.progress.transcript)
+            attributes["gen_ai.input.messages"] = messages_content(context)
+            if self._run.instructions:
+                attributes["gen_ai.system_instructions"] = self._run.instructions
+        return attributes
+
+    def _trace_turn(self, call_span: Span, turn: Turn) -> None:
+        """What a model call answered, on its span and in the token counts."""
+        usage = turn.usage
+        prompt = usage.input_tokens + usage.cached_input_tokens + usage.cache_write_tokens
+        self._metrics.tokens(self._model_call, prompt, usage.output_tokens)
+        call_span.set_attribute("gen_ai.usage.input_tokens", prompt)
+        call_span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        if usage.cached_input_tokens:
+            call_span.set_attribute(
+                "gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens
+            )
+        call_span.set_attribute(
+            "gen_ai.response.finish_reasons", (turn.finish_reason.name.lower(),)
+        )
+        if self._telemetry.trace_content:
+            call_span.set_attribute("gen_ai.output.messages", output_content(turn.text, turn.calls))
 
     async def _stream_turn(self, max_output_tokens: int) -> Turn:
         request = ModelRequest(

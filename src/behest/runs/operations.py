@@ -1,8 +1,9 @@
-"""Operations: what the four agent.v1 services ask of behest, in domain terms.
+"""Operations: what the agent.v1 services ask of behest, in domain terms.
 
-One method per RPC of RunService, CompactionService, SnapshotService and UsageService, over
-the executor (runs), the store (reads), the event log (streams), the compaction settings, and
-the registries of providers and tools (what a request may name).
+One method per RPC of RunService, CompactionService, SnapshotService, UsageService,
+SessionService, ToolService and ProviderService, over the executor (runs), the store (reads),
+the event log (streams), the compaction settings, and the registries of providers and tools
+(what a request may name, what ListTools and ListProviders show: runs/catalog.py).
 """
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from behest.domain.callers import Caller
+from behest.domain.catalog import ProviderInfo, ToolInfo
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
-from behest.domain.messages import Role
+from behest.domain.messages import Message, Role
 from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
+from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
+from behest.runs import catalog
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.ending import Cancel
 from behest.runs.executor import Executor
@@ -51,9 +55,11 @@ class Operations:
         compaction_settings: CompactionSettings,
         cooldown_s: float,
         approver_role: str = "",
+        approval_required_tools: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
         self._approver_role = approver_role
+        self._approval_required_tools = approval_required_tools
         self._providers = providers
         self._tools = tools
         self._compaction_settings = compaction_settings
@@ -119,6 +125,15 @@ class Operations:
             tenant=caller.tenant, session_id=session_id, status=status, limit=limit, offset=offset
         )
 
+    async def events(
+        self, caller: Caller, run_id: str, *, after: int, limit: int
+    ) -> tuple[list[Event], bool]:
+        """A page of the run's stored events after `after`, and whether more are stored."""
+        if self._tenants.get(run_id) != caller.tenant:
+            await self.get(caller, run_id)
+        events = await self._store.read_events(run_id, after=after, limit=limit + 1)
+        return events[:limit], len(events) > limit
+
     async def output(self, caller: Caller, run_id: str) -> RunOutput:
         run = await self.get(caller, run_id)
         if not run.status.is_terminal:
@@ -166,6 +181,42 @@ class Operations:
         self._tenants.move_to_end(run.id)
         if len(self._tenants) > REMEMBERED_RUNS:
             self._tenants.popitem(last=False)
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def list_sessions(self, caller: Caller, *, limit: int, offset: int) -> list[Session]:
+        return await self._store.list_sessions(tenant=caller.tenant, limit=limit, offset=offset)
+
+    async def get_session(self, caller: Caller, session_id: str) -> Session:
+        found = await self._store.get_session(session_id)
+        if found is None or found.tenant != caller.tenant:
+            raise NotFound(f"session {session_id} not found")
+        return found
+
+    async def session_messages(
+        self, caller: Caller, session_id: str, *, from_position: int, limit: int
+    ) -> tuple[list[Message], bool]:
+        """A page of the session's transcript from a position, and whether more follow."""
+        await self.get_session(caller, session_id)
+        messages = await self._store.session_messages_page(
+            session_id, from_position=from_position, limit=limit + 1
+        )
+        return messages[:limit], len(messages) > limit
+
+    async def delete_session(self, caller: Caller, session_id: str) -> int:
+        """Erase the session and everything of its runs; how many runs went with it."""
+        deleted = await self._store.delete_session(tenant=caller.tenant, session_id=session_id)
+        # Forget the tenants of runs seen lately: some of them no longer exist.
+        self._tenants.clear()
+        return deleted
+
+    # --- what this server offers ---------------------------------------------------------
+
+    def tools(self, caller: Caller) -> list[ToolInfo]:
+        return catalog.tools(self._tools, self._approval_required_tools)
+
+    def providers(self, caller: Caller) -> list[ProviderInfo]:
+        return catalog.providers(self._providers)
 
     # --- spend --------------------------------------------------------------------------
 

@@ -15,14 +15,17 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 
+from opentelemetry.trace import Span
+
 from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import RunStatus
 from behest.events.log import RunLog
+from behest.metrics import UNKNOWN_TOOL
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import AppendMessage
-from behest.telemetry import span
+from behest.telemetry import content, current, mark_error, span
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
@@ -48,6 +51,7 @@ class ToolRunner:
         self._concurrency = concurrency
         self._positions: dict[str, int] = {}
         self._spawn = spawn
+        self._telemetry = current()
 
     async def run(self, calls: list[ToolCall], answered: Mapping[str, ToolResult]) -> None:
         """Run a turn's calls: consecutive concurrency-safe ones together, others in order;
@@ -103,17 +107,44 @@ class ToolRunner:
         # A tool may have side effects: it runs only once its start is durable.
         await asyncio.shield(started)
         began = time.monotonic()
-        with span("behest.tool", {"behest.tool": call.name, "behest.call_id": call.id}):
+        with span("behest.tool", self._attributes(call)) as tool_span:
             if call.name == SPAWN_TOOL and self._spawn is not None:
                 result = await self._spawn(call)
             elif call.name in self._offered or self._tools.get(call.name) is None:
                 result = await self._tools.execute(call)
             else:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)
-            duration_ms = int((time.monotonic() - began) * 1000)
+            seconds = time.monotonic() - began
+            duration_ms = int(seconds * 1000)
+            self._traced(call, result, seconds, tool_span)
             progress.executing.discard(call.id)
             finished = ev.ToolExecutionFinished(call.id, call.name, duration_ms, result.is_error)
             await self._record(call, result, finished)
+
+    def _attributes(self, call: ToolCall) -> dict[str, str]:
+        """A tool span's attributes (GenAI semantic conventions); arguments only with
+        trace_content."""
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "behest.tool": call.name,
+            "behest.call_id": call.id,
+        }
+        if self._telemetry.trace_content:
+            attributes["gen_ai.tool.call.arguments"] = content(call.arguments)
+        return attributes
+
+    def _traced(self, call: ToolCall, result: ToolResult, seconds: float, on: Span) -> None:
+        """A tool's outcome on its span and in behest_tool_duration."""
+        known = call.name == SPAWN_TOOL or self._tools.get(call.name) is not None
+        self._telemetry.metrics.tool(
+            call.name if known else UNKNOWN_TOOL, seconds, error=result.is_error
+        )
+        if result.is_error:
+            mark_error(on, "the tool returned an error", "tool_error")
+        if self._telemetry.trace_content:
+            on.set_attribute("gen_ai.tool.call.result", content(result.text))
 
     async def _record(self, call: ToolCall, result: ToolResult, *events: ev.Payload) -> None:
         """The call's result becomes a tool message of the session, committed with `events`."""

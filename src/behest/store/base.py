@@ -11,6 +11,7 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, FailureCode, Money
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
@@ -225,6 +226,26 @@ class Store(Protocol):
         """Tokens and cost of the tenant's runs created at or after `since`."""
         ...
 
+    # --- retention and erasure -----------------------------------------------------------
+
+    async def delete_session(self, *, tenant: str, session_id: str) -> int:
+        """Erase the session and everything of it in one transaction: its messages, its runs
+        with their events, snapshots, pending calls and idempotency keys. Returns how many
+        runs were erased. NotFound: no such session of `tenant` (another tenant's is answered
+        alike); FailedPrecondition: a run is active on it (one not finished, waiting too)."""
+        ...
+
+    async def prune_runs(self, *, older_than: datetime, limit: int) -> int:
+        """Delete at most `limit` finished runs (COMPLETED, FAILED, CANCELLED) last updated
+        before `older_than`, with everything of them, in one transaction; then their
+        sessions left with no runs and no messages. Runs of a session a run is active on
+        stay. Returns how many runs were deleted (fewer than `limit`: none are left)."""
+        ...
+
+    async def count_prunable(self, *, older_than: datetime) -> int:
+        """How many runs `prune_runs` with this cut would delete now (in all its batches)."""
+        ...
+
     async def always_allowed(self, session_id: str) -> frozenset[str]:
         """Tools an ALLOW_ALWAYS decision freed from approvals in the session."""
         ...
@@ -238,6 +259,22 @@ class Store(Protocol):
     async def session_messages(self, session_id: str) -> list[Message]: ...
 
     async def run_messages(self, run_id: str) -> list[Message]: ...
+
+    # --- sessions --------------------------------------------------------------------------
+
+    async def list_sessions(self, *, tenant: str, limit: int, offset: int) -> list[Session]:
+        """The tenant's sessions, newest first, each with its run and message counts."""
+        ...
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """The session, whichever tenant's (callers check `Session.tenant` against theirs)."""
+        ...
+
+    async def session_messages_page(
+        self, session_id: str, *, from_position: int, limit: int
+    ) -> list[Message]:
+        """At most `limit` of the session's messages at `from_position` and after, in order."""
+        ...
 
     async def list_snapshots(self, *, tenant: str) -> list[Snapshot]:
         """The snapshots of the tenant's runs in flight or interrupted."""

@@ -18,18 +18,25 @@ from behest.tools.output import truncate
 
 # A tool call's arguments, as a model sends them; more is an error result, not a parse.
 MAX_ARGUMENT_BYTES = 1024 * 1024
+# Where a tool came from (ToolRegistry.source).
+BUILTIN, PLUGIN, MCP = "builtin", "plugin", "mcp"
 
 
 class ToolRegistry:
-    """Tools by name; `execute` turns every failure into an error result the model sees."""
+    """Tools by name; `execute` turns every failure into an error result the model sees.
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    Each tool is registered with where it came from (`source`): the tools given to the
+    constructor are the built-in ones; `add` takes "plugin" (the default) or "mcp".
+    """
+
+    def __init__(self, tools: Iterable[Tool] = (), *, source: str = BUILTIN) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        self._sources: dict[str, str] = {}
         for tool in tools:
-            self.add(tool)
+            self.add(tool, source=source)
 
-    def add(self, tool: Tool) -> None:
+    def add(self, tool: Tool, *, source: str = PLUGIN) -> None:
         """Register a tool; its schema must be valid JSON Schema and its name unique."""
         if tool.name in self._tools:
             raise ValueError(f"two tools are named {tool.name!r}")
@@ -39,12 +46,17 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} has an invalid schema: {exc.message}") from None
         self._tools[tool.name] = tool
         self._validators[tool.name] = Draft202012Validator(tool.parameters_schema)
+        self._sources[tool.name] = source
 
     def names(self) -> list[str]:
         return sorted(self._tools)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def source(self, name: str) -> str:
+        """Where the tool came from: "builtin", "plugin" or "mcp" ("" if unknown)."""
+        return self._sources.get(name, "")
 
     def definitions(self, names: Iterable[str] | None = None) -> list[ToolDefinition]:
         """Tools as offered to a model: all of them, or the named ones."""

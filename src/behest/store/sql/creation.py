@@ -83,7 +83,11 @@ def _create(conn: Connection, new: NewRun) -> CreatedRun:
                     "with a different request"
                 )
             existing = get_run(conn, found.run_id)
-            assert existing is not None, "an idempotency key commits with its run"
+            if existing is None:  # pruned (with its key) between the two reads
+                raise Aborted(
+                    f"the run client_request_id {quote(key)} named was just deleted by "
+                    "retention; send the request again"
+                )
             return CreatedRun(existing, created=False)
         # Inserted first so that a racing twin blocks here and then finds this run.
         conn.execute(

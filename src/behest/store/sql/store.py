@@ -16,6 +16,7 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
 from behest.domain.runs import Run, RunStatus
+from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
@@ -24,7 +25,7 @@ from behest.store.base import (
     NewRun,
     Write,
 )
-from behest.store.sql import rows, spend, waits
+from behest.store.sql import erasure, rows, sessions, spend, waits
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
@@ -166,6 +167,25 @@ class SqlStore:
         async with self.engines.reader.connect() as conn:
             return await conn.run_sync(spend.spent_since, tenant=tenant, since=since)
 
+    # --- retention and erasure (store/sql/erasure.py) ------------------------------------
+
+    async def delete_session(self, *, tenant: str, session_id: str) -> int:
+        """Erase the tenant's idle session and everything of it; the number of runs erased."""
+        return await self.engines.writer.write(
+            erasure.delete_session, tenant=tenant, session_id=session_id
+        )
+
+    async def prune_runs(self, *, older_than: datetime, limit: int) -> int:
+        """Delete up to `limit` finished runs older than the cut; how many were deleted."""
+        return await self.engines.writer.write(
+            erasure.prune_runs, older_than=older_than, limit=limit
+        )
+
+    async def count_prunable(self, *, older_than: datetime) -> int:
+        """How many runs pruning with this cut would delete now."""
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(erasure.count_prunable, older_than=older_than)
+
     # --- ownership of unfinished runs (leases) ------------------------------------------
 
     async def claim_run(
@@ -238,6 +258,26 @@ class SqlStore:
         query = sa.select(t.messages).where(where).order_by(t.messages.c.position)
         async with self.engines.reader.connect() as conn:
             return [rows.message_from_row(row) for row in await conn.execute(query)]
+
+    # --- sessions (store/sql/sessions.py) ---------------------------------------------
+
+    async def list_sessions(self, *, tenant: str, limit: int, offset: int) -> list[Session]:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(
+                sessions.list_sessions, tenant=tenant, limit=limit, offset=offset
+            )
+
+    async def get_session(self, session_id: str) -> Session | None:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(sessions.get_session, session_id)
+
+    async def session_messages_page(
+        self, session_id: str, *, from_position: int, limit: int
+    ) -> list[Message]:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(
+                sessions.messages_page, session_id, from_position=from_position, limit=limit
+            )
 
     async def list_snapshots(self, *, tenant: str) -> list[Snapshot]:
         query = (

@@ -44,6 +44,7 @@ sessions = sa.Table(
     # The tenant it belongs to (migration 0006).
     sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
     sa.Index("ix_sessions_active_run", "active_run_id"),
+    sa.Index("ix_sessions_tenant_created", "tenant", "created_at"),
 )
 
 runs = sa.Table(
@@ -208,6 +209,8 @@ idempotency_keys = sa.Table(
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("run_id", sa.String(36), nullable=False),
     sa.Column("created_at", Ts, nullable=False),
+    # Retention and erasure delete keys by run (migration 0010).
+    sa.Index("ix_idempotency_keys_run", "run_id"),
 )
 
 # One row per tenant that set its own (migration 0006); others get the defaults.

@@ -1755,6 +1755,63 @@ class ListPendingCallsResponse(_message.Message):
 Global___ListPendingCallsResponse: _TypeAlias = ListPendingCallsResponse  # noqa: Y015
 
 @_typing.final
+class ListRunEventsRequest(_message.Message):
+    """Added in behest 0.6: a page of a run's stored events after a cursor."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    after_sequence: _builtins.int
+    """Events with a sequence above this one."""
+    limit: _builtins.int
+    """At most this many (default 1000, at most 10000)."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "limit", b"limit", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunEventsRequest: _TypeAlias = ListRunEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListRunEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    last_sequence: _builtins.int
+    """The sequence of the last event returned (the next page's after_sequence)."""
+    more: _builtins.bool
+    """More events are stored after it."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___AgentEvent] | None = ...,
+        last_sequence: _builtins.int = ...,
+        more: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "last_sequence", b"last_sequence", "more", b"more"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunEventsResponse: _TypeAlias = ListRunEventsResponse  # noqa: Y015
+
+@_typing.final
 class GetCompactionConfigRequest(_message.Message):
     """--- Compaction service ---"""
 

@@ -85,6 +85,11 @@ class RunServiceStub:
                 request_serializer=agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.SerializeToString,
                 response_deserializer=agent_dot_v1_dot_run__pb2.ListPendingCallsResponse.FromString,
                 _registered_method=True)
+        self.ListRunEvents = channel.unary_unary(
+                '/agent.v1.RunService/ListRunEvents',
+                request_serializer=agent_dot_v1_dot_run__pb2.ListRunEventsRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.ListRunEventsResponse.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -165,6 +170,13 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRunEvents(self, request, context):
+        """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +229,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.ListPendingCalls,
                     request_deserializer=agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.FromString,
                     response_serializer=agent_dot_v1_dot_run__pb2.ListPendingCallsResponse.SerializeToString,
+            ),
+            'ListRunEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunEvents,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.ListRunEventsRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.ListRunEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +507,33 @@ class RunService:
             '/agent.v1.RunService/ListPendingCalls',
             agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.SerializeToString,
             agent_dot_v1_dot_run__pb2.ListPendingCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.RunService/ListRunEvents',
+            agent_dot_v1_dot_run__pb2.ListRunEventsRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.ListRunEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,8 @@ class RunServiceStub:
     """
     ListPendingCalls: _grpc.UnaryUnaryMultiCallable[_run_pb2.ListPendingCallsRequest, _run_pb2.ListPendingCallsResponse]
     """Added in behest 0.6. The run's calls that wait for an answer now."""
+    ListRunEvents: _grpc.UnaryUnaryMultiCallable[_run_pb2.ListRunEventsRequest, _run_pb2.ListRunEventsResponse]
+    """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live."""
 
 @_typing.type_check_only
 class RunServiceAsyncStub(RunServiceStub):
@@ -93,6 +95,8 @@ class RunServiceAsyncStub(RunServiceStub):
     """
     ListPendingCalls: _aio.UnaryUnaryMultiCallable[_run_pb2.ListPendingCallsRequest, _run_pb2.ListPendingCallsResponse]  # type: ignore[assignment]
     """Added in behest 0.6. The run's calls that wait for an answer now."""
+    ListRunEvents: _aio.UnaryUnaryMultiCallable[_run_pb2.ListRunEventsRequest, _run_pb2.ListRunEventsResponse]  # type: ignore[assignment]
+    """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live."""
 
 class RunServiceServicer(metaclass=_abc_1.ABCMeta):
     """Creates, observes and cancels agent runs."""
@@ -183,6 +187,14 @@ class RunServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_run_pb2.ListPendingCallsResponse, _abc.Awaitable[_run_pb2.ListPendingCallsResponse]]:
         """Added in behest 0.6. The run's calls that wait for an answer now."""
+
+    @_abc_1.abstractmethod
+    def ListRunEvents(
+        self,
+        request: _run_pb2.ListRunEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.ListRunEventsResponse, _abc.Awaitable[_run_pb2.ListRunEventsResponse]]:
+        """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live."""
 
 def add_RunServiceServicer_to_server(servicer: RunServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

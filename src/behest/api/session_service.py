@@ -1,0 +1,52 @@
+"""agent.v1.SessionService: the caller's tenant's sessions, their transcripts, their erasure."""
+
+from __future__ import annotations
+
+import grpc
+
+from behest._proto.agent.v1 import session_pb2 as pb
+from behest.api import convert
+from behest.api.auth import current_caller
+from behest.api.requests import messages_query, sessions_page, uuid_field
+from behest.runs.operations import Operations
+
+
+class SessionServicer:
+    def __init__(self, runs: Operations) -> None:
+        self._runs = runs
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        limit, offset = sessions_page(request)
+        sessions = await self._runs.list_sessions(current_caller(), limit=limit, offset=offset)
+        return pb.ListSessionsResponse(sessions=[convert.session(s) for s in sessions])
+
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
+        session_id = uuid_field(request.session_id, "session_id")
+        found = await self._runs.get_session(current_caller(), session_id)
+        return pb.GetSessionResponse(session=convert.session(found))
+
+    async def ListSessionMessages(
+        self, request: pb.ListSessionMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionMessagesResponse:
+        query = messages_query(request)
+        messages, more = await self._runs.session_messages(
+            current_caller(),
+            query.session_id,
+            from_position=query.from_position,
+            limit=query.limit,
+        )
+        following = messages[-1].position + 1 if messages else query.from_position
+        return pb.ListSessionMessagesResponse(
+            messages=[convert.message(m) for m in messages], next_position=following, more=more
+        )
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSessionResponse:
+        session_id = uuid_field(request.session_id, "session_id")
+        deleted = await self._runs.delete_session(current_caller(), session_id)
+        return pb.DeleteSessionResponse(runs_deleted=deleted)

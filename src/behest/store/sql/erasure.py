@@ -1,0 +1,136 @@
+"""Retention and erasure: a session deleted with everything of it; finished runs pruned.
+
+Everything of a run goes with it, in the same transaction: its events, snapshot, pending
+calls, idempotency keys and messages. A session goes when it is deleted (`delete_session`,
+only while no run is active on it) or when pruning left it with no runs and no messages.
+
+Pruning keeps every run that is not finished (a WAITING_FOR_INPUT run is not), and also the
+finished runs of a session a run is still active on: a waiting or interrupted run reads the
+session's transcript again when it goes on, and must find it whole. On PostgreSQL pruners
+take their runs FOR UPDATE SKIP LOCKED, so replicas pruning at once take disjoint batches;
+a session is locked before it is deleted, so a creation racing for it either wins (and the
+session stays) or finds it gone (NotFound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from behest.domain.runs import RunStatus
+from behest.errors import FailedPrecondition, NotFound, quote
+from behest.store.sql import tables as t
+from behest.store.sql.writes import TERMINAL
+
+# Ids per IN (…): well under SQLite's oldest bound on variables (999) and asyncpg's (32767).
+CHUNK = 500
+
+_runs = t.runs.c
+_sessions = t.sessions.c
+_others = t.runs.alias("other_runs")
+# The run's session has a run active on it: named by the session, or any not finished.
+_SESSION_BUSY = sa.or_(
+    sa.select(_sessions.id)
+    .where(_sessions.id == _runs.session_id, _sessions.active_run_id.is_not(None))
+    .exists(),
+    sa.select(_others.c.id)
+    .where(_others.c.session_id == _runs.session_id, _others.c.status.not_in(TERMINAL))
+    .exists(),
+)
+# Finished runs last updated before b_cut, on sessions no run is active on.
+PRUNABLE = sa.select(_runs.id, _runs.session_id, _runs.tenant).where(
+    _runs.status.in_(TERMINAL),
+    _runs.updated_at < sa.bindparam("b_cut"),
+    ~_SESSION_BUSY,
+)
+COUNT_PRUNABLE = sa.select(sa.func.count()).select_from(PRUNABLE.subquery())
+# A session left with nothing: no run active, no runs, no messages.
+_EMPTY_SESSION = sa.and_(
+    _sessions.active_run_id.is_(None),
+    ~sa.select(_runs.id).where(_runs.session_id == _sessions.id).exists(),
+    ~sa.select(t.messages.c.id).where(t.messages.c.session_id == _sessions.id).exists(),
+)
+
+
+def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
+    """Erase the tenant's idle session and everything of it; the number of runs erased."""
+    session = conn.execute(
+        sa.select(_sessions.active_run_id)
+        .where(_sessions.id == session_id, _sessions.tenant == tenant)
+        .with_for_update()
+    ).first()
+    if session is None:  # another tenant's session is answered as one that does not exist
+        raise NotFound(f"session {quote(session_id)} not found")
+    runs = conn.execute(
+        sa.select(_runs.id, _runs.status).where(_runs.session_id == session_id)
+    ).all()
+    unfinished = [run.id for run in runs if not RunStatus(run.status).is_terminal]
+    active = session.active_run_id or next(iter(unfinished), None)
+    if active:
+        raise FailedPrecondition(
+            f"session {quote(session_id)} has an active run {active}; "
+            "wait for it to end or cancel it, then delete the session"
+        )
+    deleted = delete_runs(conn, [run.id for run in runs], tenants=[tenant])
+    conn.execute(sa.delete(t.messages).where(t.messages.c.session_id == session_id))
+    conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.session_id == session_id))
+    conn.execute(sa.delete(t.sessions).where(_sessions.id == session_id))
+    return deleted
+
+
+def prune_runs(conn: Connection, *, older_than: datetime, limit: int) -> int:
+    """Delete up to `limit` prunable runs, then their sessions left empty; how many runs."""
+    query = PRUNABLE.limit(limit)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=t.runs)
+    found = conn.execute(query, {"b_cut": older_than}).all()
+    if not found:
+        return 0
+    deleted = delete_runs(conn, [run.id for run in found], tenants={run.tenant for run in found})
+    delete_empty_sessions(conn, {run.session_id for run in found})
+    return deleted
+
+
+def count_prunable(conn: Connection, *, older_than: datetime) -> int:
+    """How many runs `prune_runs` would delete, in all its batches, if called now."""
+    return int(conn.execute(COUNT_PRUNABLE, {"b_cut": older_than}).scalar_one())
+
+
+def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[str]) -> int:
+    """Delete runs and everything of them; the number of runs deleted."""
+    # Idempotency keys are stored under their run's tenant; no index has their run_id, so
+    # the tenants bound the scan.
+    keys = t.idempotency_keys.c
+    of_tenants = keys.identity.in_(sorted(set(tenants)))
+    deleted = 0
+    for chunk in _chunks(run_ids):
+        conn.execute(sa.delete(t.events).where(t.events.c.run_id.in_(chunk)))
+        conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id.in_(chunk)))
+        conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.run_id.in_(chunk)))
+        conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
+        conn.execute(sa.delete(t.messages).where(t.messages.c.run_id.in_(chunk)))
+        deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)
+    return deleted
+
+
+def delete_empty_sessions(conn: Connection, session_ids: Iterable[str]) -> int:
+    """Delete those of the sessions that are left with nothing; how many."""
+    deleted = 0
+    for chunk in _chunks(sorted(set(session_ids))):
+        candidates = sa.select(_sessions.id).where(_sessions.id.in_(chunk))
+        if conn.dialect.name == "postgresql":
+            # A creation claiming one of them holds its row: skip it rather than wait.
+            candidates = candidates.with_for_update(skip_locked=True)
+        ids = list(conn.execute(candidates).scalars())
+        if ids:
+            statement = sa.delete(t.sessions).where(_sessions.id.in_(ids), _EMPTY_SESSION)
+            deleted += int(conn.execute(statement).rowcount)
+    return deleted
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), CHUNK):
+        yield list(ids[start : start + CHUNK])

@@ -1,0 +1,83 @@
+"""Session reads: a tenant's sessions with their run and message counts, a transcript's pages.
+
+The counts are correlated subqueries of the one SELECT (not a query per session): each counts
+through an index that leads with the session (ix_runs_session_created, and the messages'
+uq_messages_session_position).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from behest.domain.messages import Message
+from behest.domain.sessions import Session
+from behest.store.sql import rows
+from behest.store.sql import tables as t
+
+_RUN_COUNT = (
+    sa.select(sa.func.count())
+    .select_from(t.runs)
+    .where(t.runs.c.session_id == t.sessions.c.id)
+    .correlate(t.sessions)
+    .scalar_subquery()
+)
+_MESSAGE_COUNT = (
+    sa.select(sa.func.count())
+    .select_from(t.messages)
+    .where(t.messages.c.session_id == t.sessions.c.id)
+    .correlate(t.sessions)
+    .scalar_subquery()
+)
+_SESSIONS = sa.select(
+    t.sessions, _RUN_COUNT.label("run_count"), _MESSAGE_COUNT.label("message_count")
+)
+GET_SESSION = _SESSIONS.where(t.sessions.c.id == sa.bindparam("b_session"))
+# Positions are INTEGER: a from_position beyond it finds nothing.
+MAX_POSITION = 2**31 - 1
+
+
+def list_sessions(conn: Connection, *, tenant: str, limit: int, offset: int) -> list[Session]:
+    """The tenant's sessions, newest first, with their counts."""
+    query = (
+        _SESSIONS.where(t.sessions.c.tenant == tenant)
+        .order_by(t.sessions.c.created_at.desc(), t.sessions.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return [session_from_row(row) for row in conn.execute(query)]
+
+
+def get_session(conn: Connection, session_id: str) -> Session | None:
+    """The session, whichever tenant's."""
+    row = conn.execute(GET_SESSION, {"b_session": session_id}).first()
+    return None if row is None else session_from_row(row)
+
+
+def messages_page(
+    conn: Connection, session_id: str, *, from_position: int, limit: int
+) -> list[Message]:
+    """At most `limit` of the session's messages at `from_position` and after, in order."""
+    if from_position > MAX_POSITION:
+        return []
+    query = (
+        sa.select(t.messages)
+        .where(t.messages.c.session_id == session_id, t.messages.c.position >= from_position)
+        .order_by(t.messages.c.position)
+        .limit(limit)
+    )
+    return [rows.message_from_row(row) for row in conn.execute(query)]
+
+
+def session_from_row(row: Any) -> Session:
+    return Session(
+        id=row.id,
+        tenant=row.tenant,
+        created_at=rows.utc(row.created_at),
+        updated_at=rows.utc(row.updated_at),
+        active_run_id=row.active_run_id or "",
+        run_count=int(row.run_count),
+        message_count=int(row.message_count),
+    )
