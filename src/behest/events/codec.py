@@ -35,32 +35,40 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_TEXT_DELTA = ev.KINDS[ev.TextDelta]
+# Each payload's field names, looked up once (dataclasses.fields per event cost a third of a
+# replay's decoding).
+_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in ev.KINDS}
+
+
 def decode(kind: str, text: str) -> ev.Payload:
     """Rebuild a payload stored by `encode`."""
-    cls = ev.PAYLOADS[kind]
     data = json.loads(text)
-    for f in fields(cls):
-        value = data.get(f.name)
-        if f.name == "call":
-            data[f.name] = ToolCall(**value)
-        elif f.name == "usage":
-            data[f.name] = TokenUsage(**value)
-        elif f.name == "finish_reason":
-            data[f.name] = FinishReason(value)
-        elif f.name == "decision":
-            data[f.name] = Decision(value)
-        elif f.name == "expires_at":
-            data[f.name] = datetime.fromisoformat(value)
+    if kind == _TEXT_DELTA:  # most stored events: the shortest way (replays read thousands)
+        return ev.TextDelta(data["delta"])
+    cls = ev.PAYLOADS[kind]
+    for name in _FIELDS[cls]:
+        value = data.get(name)
+        if name == "call":
+            data[name] = ToolCall(**value)
+        elif name == "usage":
+            data[name] = TokenUsage(**value)
+        elif name == "finish_reason":
+            data[name] = FinishReason(value)
+        elif name == "decision":
+            data[name] = Decision(value)
+        elif name == "expires_at":
+            data[name] = datetime.fromisoformat(value)
         elif value is None:
             continue  # a field added later: the payload's default
-        elif f.name == "cost":
-            data[f.name] = Money(Decimal(value["amount"]), value["currency"])
-        elif f.name == "code":
-            data[f.name] = FailureCode(value)
-        elif f.name == "source":
-            data[f.name] = CancelSource(value)
-        elif f.name == "budget":
-            data[f.name] = BudgetKind(value)
-        elif f.name == "status":
-            data[f.name] = RunStatus(value)
+        elif name == "cost":
+            data[name] = Money(Decimal(value["amount"]), value["currency"])
+        elif name == "code":
+            data[name] = FailureCode(value)
+        elif name == "source":
+            data[name] = CancelSource(value)
+        elif name == "budget":
+            data[name] = BudgetKind(value)
+        elif name == "status":
+            data[name] = RunStatus(value)
     return cls(**data)

@@ -229,14 +229,23 @@ def event_to_row(event: Event) -> dict[str, Any]:
     }
 
 
-def event_from_row(row: Any) -> Event:
+def event_from_values(
+    run_id: str,
+    sequence: int,
+    kind: str,
+    payload: str,
+    created_at: datetime,
+    trace_id: str,
+    span_id: str,
+) -> Event:
+    """An event from its columns (a replay reads thousands: plain values, no row lookups)."""
     return Event(
-        run_id=row.run_id,
-        sequence=row.sequence,
-        payload=codec.decode(row.kind, row.payload),
-        timestamp=utc(row.created_at),
-        trace_id=row.trace_id,
-        span_id=row.span_id,
+        run_id=run_id,
+        sequence=sequence,
+        payload=codec.decode(kind, payload),
+        timestamp=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC),
+        trace_id=trace_id,
+        span_id=span_id,
     )
 
 

@@ -52,6 +52,17 @@ CHILD_RUNS = (
 MIGRATION_LOCK_KEY = 0x6265_6865_7374
 
 
+# A run's events as read back: the columns event_from_values takes, in its order.
+_EVENT_COLUMNS = (
+    t.events.c.sequence,
+    t.events.c.kind,
+    t.events.c.payload,
+    t.events.c.created_at,
+    t.events.c.trace_id,
+    t.events.c.span_id,
+)
+
+
 class SqlStore:
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
@@ -235,13 +246,14 @@ class SqlStore:
 
     async def read_events(self, run_id: str, *, after: int, limit: int) -> list[Event]:
         query = (
-            sa.select(t.events)
+            sa.select(*_EVENT_COLUMNS)
             .where(t.events.c.run_id == run_id, t.events.c.sequence > after)
             .order_by(t.events.c.sequence)
             .limit(limit)
         )
         async with self.engines.reader.connect() as conn:
-            return [rows.event_from_row(row) for row in await conn.execute(query)]
+            result = await conn.execute(query)
+            return [rows.event_from_values(run_id, *values) for values in result]
 
     async def last_sequence(self, run_id: str) -> int:
         query = sa.select(sa.func.max(t.events.c.sequence)).where(t.events.c.run_id == run_id)
