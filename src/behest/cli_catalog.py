@@ -1,6 +1,7 @@
 """The `behest` commands over stored things and what the server offers: `sessions list | get |
-messages | delete`, `tools list`, `providers list`, `runs events` (a run's stored events, every
-page) and `runs prune` (on the database itself, like `behest token new` needs no server).
+messages | delete`, `tools list`, `providers list`, `usage`, `runs events` (a run's stored
+events, every page) and `runs prune` (on the database itself, like `behest token new` needs no
+server).
 
 `--json` prints one JSON object per line (the message as protobuf's JSON mapping, with the
 proto field names), for scripts: `behest runs events RUN_ID --json | jq …`.
@@ -28,6 +29,7 @@ from behest.render import (
     format_session,
     format_sessions,
     format_tools,
+    format_usage,
 )
 
 ClientFactory = Callable[[argparse.Namespace], BehestClient]
@@ -55,6 +57,15 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     )
     delete.add_argument("session_id")
     delete.set_defaults(func=lambda args, printer: _sessions_delete(args, client))
+
+    usage = commands.add_parser(
+        "usage", parents=[server], help="tokens and cost of your tenant per day (UTC)"
+    )
+    usage.add_argument("--session", default="", help="one session's runs only")
+    usage.add_argument("--from", dest="from_day", default="", metavar="YYYY-MM-DD")
+    usage.add_argument("--to", dest="to_day", default="", metavar="YYYY-MM-DD")
+    usage.add_argument("--json", action="store_true", help="the response as one JSON object")
+    usage.set_defaults(func=lambda args, printer: _usage(args, client))
 
     for name, func, text in [
         ("tools", _tools_list, "the tools runs may use"),
@@ -140,6 +151,18 @@ def _providers_list(args: argparse.Namespace, client: ClientFactory) -> int:
             return await behest.list_providers()
 
     print(format_providers(asyncio.run(go())))
+    return EXIT_OK
+
+
+def _usage(args: argparse.Namespace, client: ClientFactory) -> int:
+    async def go() -> Any:
+        async with client(args) as behest:
+            return await behest.usage(
+                session_id=args.session, from_day=args.from_day, to_day=args.to_day
+            )
+
+    found = asyncio.run(go())
+    print(as_json_line(found) if args.json else format_usage(found))
     return EXIT_OK
 
 

@@ -127,6 +127,7 @@ class BehestClient:
         self._sessions: session_pb2_grpc.SessionServiceStub | None = None
         self._tools: catalog_pb2_grpc.ToolServiceStub | None = None
         self._providers: catalog_pb2_grpc.ProviderServiceStub | None = None
+        self._usage: run_pb2_grpc.UsageServiceStub | None = None
 
     @property
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
@@ -147,6 +148,7 @@ class BehestClient:
         self._sessions = session_pb2_grpc.SessionServiceStub(self._channel)
         self._tools = catalog_pb2_grpc.ToolServiceStub(self._channel)
         self._providers = catalog_pb2_grpc.ProviderServiceStub(self._channel)
+        self._usage = run_pb2_grpc.UsageServiceStub(self._channel)
         return self
 
     async def __aexit__(
@@ -162,6 +164,7 @@ class BehestClient:
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             self._sessions = self._tools = self._providers = None
+            self._usage = None
             await channel.close()
 
     @property
@@ -356,6 +359,13 @@ class BehestClient:
         stub = self._open(self._providers)
         request = catalog_pb2.ListProvidersRequest()
         return list((await self._unary(stub.ListProviders, request)).providers)
+
+    async def usage(
+        self, *, session_id: str = "", from_day: str = "", to_day: str = ""
+    ) -> run_pb2.GetUsageResponse:
+        """Tokens and cost of the caller's tenant per UTC day (default: today)."""
+        request = run_pb2.GetUsageRequest(session_id=session_id, from_day=from_day, to_day=to_day)
+        return await self._unary(self._open(self._usage).GetUsage, request)
 
     def _open(self, stub: _Stub | None) -> _Stub:
         if stub is None:

@@ -432,3 +432,30 @@ def _shorten(text: str) -> str:
     if len(text) <= MAX_ARGUMENTS_SHOWN:
         return text
     return text[: MAX_ARGUMENTS_SHOWN - 1] + "…"
+
+
+def format_usage(usage: run_pb2.GetUsageResponse) -> str:
+    """A table of days: runs, tokens (input, cached, output) and cost; then the total."""
+    rows = [("DAY", "RUNS", "TOKENS", "INPUT", "CACHED", "OUTPUT", "COST")]
+    for day in usage.days:
+        rows.append((day.day, str(day.runs), *_tokens(day.usage), _cost(day.cost)))
+    rows.append(("total", "", *_tokens(usage.total_usage), _cost(usage.total_cost)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _tokens(usage: common_pb2.TokenUsage) -> tuple[str, str, str, str]:
+    cached = usage.cached_input_tokens + usage.cache_write_tokens
+    return (
+        str(usage.total_tokens),
+        str(usage.input_tokens),
+        str(cached),
+        str(usage.output_tokens),
+    )
+
+
+def _cost(cost: common_pb2.Cost) -> str:
+    return f"{cost.amount} {cost.currency}" if cost.amount else "-"

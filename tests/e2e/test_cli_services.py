@@ -9,6 +9,7 @@ import os
 import sys
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
@@ -172,3 +173,21 @@ async def test_runs_prune_works_on_the_database_without_a_server(tmp_path: Path)
     negative = await behest("runs", "prune", "--older-than", "-1", *where)
     assert negative.code == 2
     assert negative.err.startswith("error: --older-than must be a number of days")
+
+
+async def test_usage_shows_todays_tokens(server: Server) -> None:
+    events = await echo_run(server, "count these words")
+    session_id = events[0].run_started.session_id
+    shown = await behest("usage", "--server", server.address, "--session", session_id)
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0].split() == ["DAY", "RUNS", "TOKENS", "INPUT", "CACHED", "OUTPUT", "COST"]
+    day = lines[1].split()
+    assert day[1] == "1" and int(day[2]) > 0 and day[-1] == "-"  # echo has no prices
+    assert lines[-1].split()[0] == "total"
+    yesterday = (datetime.now(UTC).date() - timedelta(days=1)).isoformat()
+    as_json = await behest("usage", "--server", server.address, "--json", "--from", yesterday)
+    assert as_json.code == 0, as_json.err
+    assert int(json.loads(as_json.out)["total_usage"]["total_tokens"]) > 0
+    bad = await behest("usage", "--server", server.address, "--from", "someday")
+    assert bad.code != 0 and "from_day" in bad.err
