@@ -109,12 +109,8 @@ class AgentLoop:
         self._tools = tools
         self._limits = limits
         self._max_iterations = run.max_iterations or limits.max_iterations
-        allowed = list(run.tools) or tools.names()
-        # Tools offered to the model; tool_choice "none" offers none, a tool's name all allowed.
         self._sub_runs = sub_runs if sub_runs is not None and sub_runs.offered_to(run) else None
-        if self._sub_runs is not None:
-            allowed.append(SPAWN_TOOL)
-        self._offered = frozenset() if run.tool_choice == ToolChoice.NONE else frozenset(allowed)
+        self._offered = self._offer(run, tools)
         self._waits = Waits(
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
@@ -127,15 +123,28 @@ class AgentLoop:
             spawn=self._spawn if self._sub_runs is not None else None,
         )
         self._doom_loop = DoomLoopDetector()
-        limits_of_tenant = spend_limits or SpendLimits()
-        self._budget = Budget(
-            run=run,
-            budget=run.budget.over(limits_of_tenant.run_budget),
-            daily=limits_of_tenant.daily,
+        self._budget = self._budget_of(spend_limits or SpendLimits())
+
+    def _offer(self, run: Run, tools: ToolRegistry) -> frozenset[str]:
+        """Tools offered to the model: tool_choice "none" offers none, a tool's name all the
+        run may use (spawn_agent too when it may start sub-agent runs)."""
+        if run.tool_choice == ToolChoice.NONE:
+            return frozenset()
+        allowed = list(run.tools) or tools.names()
+        if self._sub_runs is not None:
+            allowed.append(SPAWN_TOOL)
+        return frozenset(allowed)
+
+    def _budget_of(self, tenant: SpendLimits) -> Budget:
+        """The run's budget over its tenant's defaults, and the tenant's daily caps."""
+        return Budget(
+            run=self._run,
+            budget=self._run.budget.over(tenant.run_budget),
+            daily=tenant.daily,
             prices=self._prices,
             progress=self.progress,
-            log=log,
-            store=store,
+            log=self._log,
+            store=self._store,
         )
 
     async def run(self, snapshot: Snapshot | None = None) -> Outcome | Waiting:
