@@ -43,7 +43,10 @@ class App:
         self.settings = settings
         self.telemetry = telemetry.Telemetry.from_settings(settings)
         self.store = SqlStore(settings.effective_database_url)
-        self.tools = ToolRegistry(builtin_tools(read_file_root=settings.read_file_root))
+        self.tools = ToolRegistry(
+            builtin_tools(read_file_root=settings.read_file_root),
+            approval_required=settings.approval_required_tools,
+        )
         self.mcp = mcp_tool_source(
             settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s
         )
@@ -74,7 +77,6 @@ class App:
             compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
-            approval_required_tools=frozenset(settings.approval_required_tools),
         )
         self.server = ApiServer(
             self.runs,
@@ -118,7 +120,6 @@ class App:
                 compaction_cooldown_s=settings.compaction_cooldown_s,
                 coalesce_text_deltas=settings.coalesce_text_deltas,
                 waits=WaitPolicy(
-                    approval_required_tools=frozenset(settings.approval_required_tools),
                     approval_timeout_s=settings.approval_timeout_s,
                     client_tool_timeout_s=settings.client_tool_timeout_s,
                 ),

@@ -14,7 +14,6 @@ import ipaddress
 import os
 import socket
 import tomllib
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,6 +32,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from behest.domain.spend import MAX_AMOUNT, parse_amount
 from behest.providers.config import ProviderConfig, parse_providers
 from behest.providers.retry import RetryPolicy
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
@@ -111,21 +111,13 @@ class TlsSettings(BaseModel):
 
 def _amount(value: object) -> str:
     """A decimal amount of money, as a string (never a float): "" or a finite one >= 0."""
-    if not isinstance(value, str):
-        raise ValueError('amounts are decimal strings, e.g. "0.50", never numbers')
-    if value:
-        try:
-            amount = Decimal(value)
-        except InvalidOperation:
-            raise ValueError(f"{value!r} is not a decimal amount") from None
-        if not amount.is_finite() or amount < 0 or amount > MAX_AMOUNT:
-            raise ValueError(f"{value!r} must be between 0 and {MAX_AMOUNT}")
-    return value
+    if value != "":
+        parse_amount(value, maximum=MAX_AMOUNT)
+    return value  # type: ignore[return-value]  # parse_amount refused anything but a str
 
 
 # Money in settings: a decimal string; "" means none.
 Amount = Annotated[str, BeforeValidator(_amount)]
-MAX_AMOUNT = Decimal(1_000_000_000)
 
 
 class TenantLimits(BaseModel):

@@ -21,7 +21,7 @@ from behest.domain.messages import Message, ToolCall
 from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import DailyUsage, Money, RunBudget
+from behest.domain.spend import Money, RunBudget, UsageReport
 from behest.domain.waits import PendingCall
 
 
@@ -189,22 +189,14 @@ def run_output(output: RunOutput) -> pb.RunOutput:
     )
 
 
-def daily_usage(days: list[DailyUsage]) -> pb.GetUsageResponse:
-    """Days of usage, and their sum (a cost only when every priced day has one currency)."""
-    total = TokenUsage()
-    total_cost: Money | None = None
-    currencies = {d.cost.currency for d in days if d.cost is not None}
-    for day in days:
-        total += day.usage
-        if day.cost is not None and len(currencies) == 1:
-            total_cost = day.cost if total_cost is None else total_cost + day.cost
+def usage_report(report: UsageReport) -> pb.GetUsageResponse:
     return pb.GetUsageResponse(
         days=[
             pb.DailyUsage(day=d.day, runs=d.runs, usage=usage(d.usage), cost=cost(d.cost))
-            for d in days
+            for d in report.days
         ],
-        total_usage=usage(total),
-        total_cost=cost(total_cost),
+        total_usage=usage(report.total),
+        total_cost=cost(report.cost),
     )
 
 

@@ -18,7 +18,7 @@ from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
-from behest.domain.spend import RunBudget
+from behest.domain.spend import MAX_AMOUNT, RunBudget, parse_amount
 from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
 from behest.errors import InvalidArgument, quote
 
@@ -37,7 +37,6 @@ MAX_ANSWERS = 256
 MAX_CALL_ID_BYTES = 200
 MAX_REASON_BYTES = 4 * 1024
 MAX_RESULT_BYTES = 1024 * 1024
-MAX_AMOUNT = Decimal(1_000_000_000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,13 +316,13 @@ def max_wall(max_wait_s: int) -> int:
 
 
 def amount(text: str, field: str) -> Decimal:
-    """A decimal amount of money from a client: plain digits, finite, >= 0."""
+    """A decimal amount of money from a client: plain digits (no exponent, sign or blanks)."""
     if len(text) > 40 or not re.fullmatch(r"\d+(\.\d+)?", text):
         raise InvalidArgument(f'{field} must be a decimal amount like "0.50"; got {quote(text)}')
-    value = Decimal(text)
-    if value > MAX_AMOUNT:
-        raise InvalidArgument(f"{field} must be at most {MAX_AMOUNT}")
-    return value
+    try:
+        return parse_amount(text, maximum=MAX_AMOUNT)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None
 
 
 def cancel_reason(request: pb.CancelRunRequest) -> str:

@@ -21,10 +21,10 @@ class UsageServicer:
         self, request: pb.GetUsageRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetUsageResponse:
         query = usage_query(request, today=datetime.now(UTC).date().isoformat())
-        days = await self._runs.usage(
+        report = await self._runs.usage(
             current_caller(),
             session_id=query.session_id,
             from_day=query.from_day,
             to_day=query.to_day,
         )
-        return convert.daily_usage(days)
+        return convert.usage_report(report)

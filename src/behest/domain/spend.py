@@ -8,13 +8,29 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from behest.domain.runs import TokenUsage
 
 MILLION = Decimal(1_000_000)
+# The largest amount of money behest takes from a client or the settings (budgets, caps).
+MAX_AMOUNT = Decimal(1_000_000_000)
+
+
+def parse_amount(value: object, *, maximum: Decimal) -> Decimal:
+    """Money (or a price) from outside: a decimal string — never a float, which cannot hold
+    0.15 exactly — finite, from 0 to `maximum`. ValueError says which rule it broke."""
+    if not isinstance(value, str):
+        raise ValueError(f'amounts are decimal strings, e.g. "0.50", never numbers; got {value!r}')
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a decimal amount") from None
+    if not amount.is_finite() or not 0 <= amount <= maximum:
+        raise ValueError(f"{value!r} must be between 0 and {maximum}")
+    return amount
 
 
 class FailureCode(enum.IntEnum):
@@ -104,4 +120,13 @@ class DailyUsage:
     day: str
     runs: int
     usage: TokenUsage
+    cost: Money | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageReport:
+    """Days of usage and their sum (a total cost only when the priced days share a currency)."""
+
+    days: list[DailyUsage]
+    total: TokenUsage
     cost: Money | None

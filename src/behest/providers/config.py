@@ -28,11 +28,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from behest.domain.spend import Prices
+from behest.domain.spend import Prices, parse_amount
 from behest.providers.local import KNOWN_MODELS as LOCAL_MODELS
 from behest.providers.retry import RetryPolicy
 
@@ -186,15 +186,12 @@ def _price(at: str, key: str, value: Any) -> Decimal:
             f"never floats; got {value!r}"
         )
     try:
-        price = Decimal(value)
-    except InvalidOperation:
-        price = None
-    if price is None or not price.is_finite() or not 0 <= price <= MAX_PRICE:
+        return parse_amount(value, maximum=MAX_PRICE)
+    except ValueError:
         raise ValueError(
             f"{at}.{key} must be a decimal price per million tokens from 0 to {MAX_PRICE}, "
             f'e.g. "0.15"; got {value!r}'
-        )
-    return price
+        ) from None
 
 
 def _seconds(where: str, raw: dict[str, Any], key: str, default: float) -> float:

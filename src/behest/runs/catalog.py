@@ -7,8 +7,6 @@ Providers: every configured one, with the models it knows of; never an API key.
 
 from __future__ import annotations
 
-from collections.abc import Set
-
 from behest.domain.catalog import ModelInfo, ProviderInfo, ToolInfo
 from behest.providers.config import ModelInfo as ConfiguredModel
 from behest.providers.config import ProviderConfig
@@ -20,7 +18,7 @@ from behest.tools.registry import BUILTIN, ToolRegistry
 SPAWN_NOTE = " Offered only to runs created with allow_sub_agents (and below the depth limit)."
 
 
-def tools(registry: ToolRegistry, approval_required: Set[str]) -> list[ToolInfo]:
+def tools(registry: ToolRegistry) -> list[ToolInfo]:
     """Every tool runs may use, by name; a tool needs an approval when its own definition or
     the settings' approval_required_tools say so."""
     listed = []
@@ -36,7 +34,7 @@ def tools(registry: ToolRegistry, approval_required: Set[str]) -> list[ToolInfo]
                 read_only=tool.read_only,
                 concurrency_safe=tool.concurrency_safe,
                 idempotent=tool.idempotent,
-                requires_approval=registry.requires_approval(name) or name in approval_required,
+                requires_approval=registry.requires_approval(name),
                 timeout_s=tool.timeout_s,
             )
         )

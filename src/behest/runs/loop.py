@@ -101,7 +101,7 @@ class AgentLoop:
         self._timeout_s = provider_config.timeout_s
         model = provider_config.model_info(run.model)
         self._max_output_tokens = model.max_output_tokens
-        self._prices = getattr(model, "prices", None)
+        self._prices = model.prices
         self._telemetry = current()
         self._metrics = self._telemetry.metrics
         self._model_call = ModelCall(self._metrics, run.provider, run.model)

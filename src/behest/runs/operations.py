@@ -11,16 +11,17 @@ from __future__ import annotations
 import collections
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from behest.domain.callers import Caller
 from behest.domain.catalog import ProviderInfo, ToolInfo
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role
-from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus
+from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus, TokenUsage
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import DailyUsage
+from behest.domain.spend import Money, UsageReport
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from behest.events.log import EventLog
@@ -55,11 +56,9 @@ class Operations:
         compaction_settings: CompactionSettings,
         cooldown_s: float,
         approver_role: str = "",
-        approval_required_tools: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
         self._approver_role = approver_role
-        self._approval_required_tools = approval_required_tools
         self._providers = providers
         self._tools = tools
         self._compaction_settings = compaction_settings
@@ -79,7 +78,7 @@ class Operations:
         return self._tools.names()
 
     def has_prices(self, provider: str, model: str) -> bool:
-        return getattr(self._providers.model_info(provider, model), "prices", None) is not None
+        return self._providers.model_info(provider, model).prices is not None
 
     # --- runs ---------------------------------------------------------------------------
 
@@ -213,7 +212,7 @@ class Operations:
     # --- what this server offers ---------------------------------------------------------
 
     def tools(self, caller: Caller) -> list[ToolInfo]:
-        return catalog.tools(self._tools, self._approval_required_tools)
+        return catalog.tools(self._tools)
 
     def providers(self, caller: Caller) -> list[ProviderInfo]:
         return catalog.providers(self._providers)
@@ -222,11 +221,17 @@ class Operations:
 
     async def usage(
         self, caller: Caller, *, session_id: str | None, from_day: str, to_day: str
-    ) -> list[DailyUsage]:
-        """The tenant's tokens and cost per UTC day (of runs created that day)."""
-        return await self._store.daily_usage(
+    ) -> UsageReport:
+        """The tenant's tokens and cost per UTC day (of runs created that day), and the sum."""
+        days = await self._store.daily_usage(
             tenant=caller.tenant, session_id=session_id, from_day=from_day, to_day=to_day
         )
+        total = sum((d.usage for d in days), TokenUsage())
+        priced = [d.cost for d in days if d.cost is not None]
+        cost = None
+        if priced and len({c.currency for c in priced}) == 1:
+            cost = Money(sum((c.amount for c in priced), Decimal(0)), priced[0].currency)
+        return UsageReport(days=days, total=total, cost=cost)
 
     # --- snapshots ----------------------------------------------------------------------
 

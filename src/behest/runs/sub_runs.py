@@ -25,7 +25,7 @@ from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.spend import RunBudget
-from behest.errors import BehestError
+from behest.errors import BehestError, InvalidArgument
 from behest.events.log import EventLog, RunLog
 from behest.providers.base import ToolDefinition
 from behest.runs.stream import follow
@@ -140,7 +140,7 @@ class SubRuns:
         tools = tuple(arguments.get("tools", parent.tools))
         unknown = sorted(set(tools) - set(self._tool_names()))
         if unknown:
-            raise BehestError(f"unknown tool {unknown[0]!r}")
+            raise InvalidArgument(f"unknown tool {unknown[0]!r}")
         return RunRequest(
             session_id=None,
             provider=parent.provider,

@@ -34,10 +34,9 @@ from behest.tools.registry import ToolRegistry, check_arguments
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitPolicy:
-    """The server's side of waiting (settings): tools that always need an approval, and the
-    default timeouts of a run that sets none."""
+    """The server's side of waiting (settings): the default timeouts of a run that sets none
+    (which tools always need an approval, the tool registry says)."""
 
-    approval_required_tools: frozenset[str] = frozenset()
     approval_timeout_s: float = 86_400.0
     client_tool_timeout_s: float = 600.0
 
@@ -143,7 +142,6 @@ class Waits:
             return False
         return (
             name in self._approved_by_run
-            or name in self._policy.approval_required_tools
             or self._tools.requires_approval(name)
             or (self._run.waits.approve_side_effects and not tool.read_only)
         )

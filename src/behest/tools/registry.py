@@ -29,7 +29,16 @@ class ToolRegistry:
     constructor are the built-in ones; `add` takes "plugin" (the default) or "mcp".
     """
 
-    def __init__(self, tools: Iterable[Tool] = (), *, source: str = BUILTIN) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        source: str = BUILTIN,
+        approval_required: Iterable[str] = (),
+    ) -> None:
+        """`approval_required`: names of tools whose every call needs an approval (the
+        settings' approval_required_tools), besides those whose definition asks for one."""
+        self._approval_required = frozenset(approval_required)
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
         self._sources: dict[str, str] = {}
@@ -91,7 +100,10 @@ class ToolRegistry:
         return check_arguments(call, self._validators[call.name])
 
     def requires_approval(self, name: str) -> bool:
-        """Whether the tool's own definition asks for an approval of every call."""
+        """Whether every call of the tool needs an approval: its definition or the settings
+        say so (a run may ask for more: runs/waiting.py)."""
+        if name in self._approval_required:
+            return True
         return bool(getattr(self._tools.get(name), "requires_approval", False))
 
 
