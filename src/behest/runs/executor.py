@@ -281,18 +281,15 @@ class Executor:
         self.leases.check_not_elsewhere(run)
         handle = self._runs.hold(run.id, OwnedRun(run.tenant, started=True, decided=ending.status))
         try:
+            # Claimed first: a node taking up a waiting run, or adopting a lapsed one, now
+            # cannot write into it while its end is written here.
+            claimed = await self.leases.claim(run.id)
             current = await self._store.get_run(run.id)
             if current is None or current.status.is_terminal:
                 handle.final = None if current is None else current.status
                 return handle.final
-            self.leases.check_not_elsewhere(current)
-            # Claimed first: a node taking up a waiting run, or adopting a lapsed one, now
-            # cannot write into it while its end is written here.
-            if not await self.leases.claim(run.id):
-                current = await self._store.get_run(run.id)
-                if current is None or current.status.is_terminal:
-                    handle.final = None if current is None else current.status
-                    return handle.final
+            if not claimed:
+                self.leases.check_not_elsewhere(current)
                 raise FailedPrecondition(f"run {run.id} was just taken up by another node")
             try:
                 async with asyncio.timeout(CANCEL_WAIT_S):

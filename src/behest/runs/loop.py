@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from opentelemetry.trace import Span
 
@@ -206,9 +205,8 @@ class AgentLoop:
         await progress.load(self._store)
         progress.restore(snapshot)
         if self._sub_runs is not None:
-            tokens, cost = await self._sub_runs.spent_by_children(self._run)
-            progress.children_tokens = tokens
-            progress.children_cost = Decimal(0) if cost is None else cost.amount
+            spent = await self._sub_runs.spent_by_children(self._run)
+            progress.children_tokens, progress.children_cost = spent
         mine = progress.mine()
         for message in mine:
             for call in message.tool_calls:

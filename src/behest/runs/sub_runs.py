@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
@@ -95,13 +96,12 @@ class SubRuns:
     def definition() -> ToolDefinition:
         return ToolDefinition(SPAWN_TOOL, DESCRIPTION, SCHEMA)
 
-    async def spent_by_children(self, run: Run) -> tuple[int, Any]:
-        """Tokens and cost the run's children used (counted against its budgets)."""
-        tokens, cost = 0, None
-        for child in await self._store.child_runs(run.id):
-            tokens += child.usage.total_tokens
-            if child.cost is not None:
-                cost = child.cost if cost is None else cost + child.cost
+    async def spent_by_children(self, run: Run) -> tuple[int, Decimal]:
+        """Tokens and cost the run's children used (counted against its budgets, as the
+        parent's loop counts each child when it ends)."""
+        children = await self._store.child_runs(run.id)
+        tokens = sum(child.usage.total_tokens for child in children)
+        cost = sum((c.cost.amount for c in children if c.cost is not None), Decimal(0))
         return tokens, cost
 
     async def run_child(

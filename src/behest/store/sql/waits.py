@@ -130,9 +130,9 @@ def _is_new(
     if call is None or call.kind != kind:
         what = "approval request" if kind == WaitKind.APPROVAL else "client tool call"
         raise NotFound(f"run {run_id} has no {what} {name}")
+    if _repeats(call, answer, kind):
+        return False
     if call.answer is not None:
-        if call.answer.same_as(answer):
-            return False
         when = call.answered_at.isoformat() if call.answered_at else "?"
         raise FailedPrecondition(
             f"call {name} was already answered otherwise ({_how(call.answer)}) at {when}"
