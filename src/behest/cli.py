@@ -231,6 +231,8 @@ def _token_new(args: argparse.Namespace, printer: EventPrinter) -> int:
         print("error: --principal and --tenant must not be empty", file=sys.stderr)
         return EXIT_ERROR
     token = secrets.token_urlsafe(32)
+    while token.startswith("-"):  # so `--token TOKEN` never reads it as an option
+        token = secrets.token_urlsafe(32)
     print(new_token_text(token, principal=principal, tenant=tenant), end="")
     return EXIT_OK
 

@@ -182,7 +182,7 @@ def test_the_client_constructor_checks_its_credentials(tmp_path: Path) -> None:
 
 async def test_the_cli_with_a_token_over_tls_runs_and_inspects_runs(setup: Setup) -> None:
     tls = ["--server", setup.tls.address, "--tls-ca", str(setup.ca.pem.cert_file)]
-    ran = await behest("run", *tls, "--token", ALICE, "hello over TLS")
+    ran = await behest("run", *tls, f"--token={ALICE}", "hello over TLS")
     assert ran.code == 0, ran.err
     assert ran.out == "hello over TLS\n✓ completed (stop, 1 iteration)\n"
     run_id = ran.err.split()[1]
@@ -214,10 +214,10 @@ async def test_the_cli_with_a_wrong_token_exits_unauthenticated_without_showing_
     wrong = secrets.token_urlsafe(32)
     tls = ["--server", setup.tls.address, "--tls-ca", str(setup.ca.pem.cert_file)]
     for args, env in [
-        (["run", *tls, "--token", wrong, "hello"], {}),
+        (["run", *tls, f"--token={wrong}", "hello"], {}),
         (["runs", "list", *tls], {"BEHEST_TOKEN": wrong}),
         (["watch", "some-run", *tls, f"--token={wrong}"], {}),
-        (["runs", "list", "--server", setup.plain.address, "--token", wrong], {}),
+        (["runs", "list", "--server", setup.plain.address, f"--token={wrong}"], {}),
     ]:
         result = await behest(*args, env=env)
         assert result.code == EXIT_RPC_ERROR, (args, result.err)

@@ -111,7 +111,7 @@ def test_usage_errors_and_help_do_not_show_a_token(
 ) -> None:
     secret = secrets.token_urlsafe(32)
     for argv in (
-        ["--token", secret, "runs", "list"],  # the token taken for the command
+        [f"--token={secret}", "runs", "list"],  # the token taken for the command
         ["runs", "list", f"--token={secret}", "--limit", "x"],
         ["runs", "list", "--tok", secret, "--status", secret],
     ):
@@ -133,7 +133,7 @@ def test_a_token_grpc_cannot_send_is_refused_without_showing_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     secret = "s3cr3t-" + secrets.token_hex(8) + "\u00e9"
-    assert main(["runs", "list", "--server", "127.0.0.1:1", "--token", secret]) == 2
+    assert main(["runs", "list", "--server", "127.0.0.1:1", f"--token={secret}"]) == 2
     captured = capsys.readouterr()
     assert captured.err == "error: the token must be visible ASCII characters, without spaces\n"
     assert secret[:20] not in captured.out + captured.err
@@ -165,7 +165,7 @@ def test_a_token_sent_without_tls_off_loopback_is_warned_about(
         ("behest.example.com:50051", True),
         ("10.1.2.3:50051", True),
     ]:
-        args = build_parser().parse_args(["runs", "list", "--server", address, "--token", secret])
+        args = build_parser().parse_args(["runs", "list", "--server", address, f"--token={secret}"])
         _client(args)
         err = capsys.readouterr().err
         assert ("warning: the token goes to" in err) is warned, address
