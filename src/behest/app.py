@@ -11,10 +11,13 @@ import asyncio
 import logging
 import signal
 
+from sqlalchemy.engine import make_url
+
 from behest import event_loop, logs, telemetry
 from behest.api.admission import Admission
 from behest.api.server import ApiServer
 from behest.config import Settings
+from behest.errors import FailedPrecondition
 from behest.events.log import EventLog
 from behest.providers.factory import build_registry
 from behest.retention import Retention
@@ -22,10 +25,13 @@ from behest.runs.budget import DailyCaps
 from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
+from behest.runs.leases import this_process
 from behest.runs.loop import LoopLimits, SpendLimits
 from behest.runs.operations import Operations
 from behest.runs.sub_runs import SubRunLimits, SubRuns
 from behest.runs.waiting import WaitPolicy
+from behest.store.sql.channel import Channel
+from behest.store.sql.sqlite_lock import sqlite_lock
 from behest.store.sql.store import SqlStore
 from behest.tenancy import Tenancy
 from behest.tools.builtin import builtin_tools
@@ -41,8 +47,12 @@ class App:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.telemetry = telemetry.Telemetry.from_settings(settings)
-        self.store = SqlStore(settings.effective_database_url)
+        # One identity per process; SQLite has one writer: its database is locked while served.
+        self.node = this_process(settings.node_id)
+        self.telemetry = telemetry.Telemetry.from_settings(settings, instance=self.node.name)
+        url = settings.effective_database_url
+        self.store = SqlStore(url, node=self.node.name)
+        self.database_lock = sqlite_lock(url)
         self.tools = ToolRegistry(
             builtin_tools(read_file_root=settings.read_file_root),
             approval_required=settings.approval_required_tools,
@@ -68,6 +78,16 @@ class App:
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
         self.executor = self._executor(settings, compaction_settings)
+        # Replicas on PostgreSQL hear of each other's commits and cancels (LISTEN/NOTIFY).
+        self.channel = None
+        if make_url(url).get_backend_name() == "postgresql":
+            self.channel = Channel(
+                url,
+                node=self.node.name,
+                on_events=self.event_log.remote_commits,
+                on_signal=self._signalled,
+                on_state=self.event_log.remote_state,
+            )
         self.runs = Operations(
             store=self.store,
             event_log=self.event_log,
@@ -134,13 +154,18 @@ class App:
             builder=builder,
             max_concurrent_runs=settings.max_concurrent_runs,
             max_runs_of=lambda tenant: self.tenancy.limits(tenant).max_concurrent_runs,
-            node_id=settings.node_id,
+            node=self.node,
             lease_s=settings.run_lease_s,
+            sole_writer=self.database_lock is not None,
             resume_runs=settings.resume_runs,
             telemetry=self.telemetry,
         )
         sub_runs.spawner = executor
         return executor
+
+    def _signalled(self, kind: str, run_id: str) -> None:
+        if kind == "cancel":
+            self.executor.cancel_signalled(run_id)
 
     def _spend_limits(self, tenant: str) -> SpendLimits:
         limits = self.tenancy.limits(tenant)
@@ -157,7 +182,11 @@ class App:
         await self.mcp.start()
         for tool in self.mcp.tools():
             self.tools.add(tool, source=MCP)
+        if self.database_lock is not None:
+            self.database_lock.acquire()
         await self.store.start()
+        if self.channel is not None:
+            await self.channel.start()
         await self.event_log.start()
         await self.executor.start()
         # The server's RPCs run in tasks of the context it starts in: this App's telemetry.
@@ -169,6 +198,7 @@ class App:
             extra={
                 "listen": self.settings.listen,
                 "port": self.port,
+                "node": self.node.name,
                 "event_loop": event_loop.name(),
                 "tools": self.tools.names(),
                 "mcp_servers": self.mcp.status(),
@@ -189,28 +219,39 @@ class App:
         # Streams end once their runs have; a short grace lets them send the last events.
         await self.server.stop(1.0)
         await self.event_log.stop()
+        if self.channel is not None:
+            await self.channel.stop()
         await self.store.close()
+        if self.database_lock is not None:
+            self.database_lock.release()
         await self.providers.aclose()
         await self.mcp.stop()
         await self.telemetry.shutdown()  # the last spans and metrics: the runs' ends
         log.info("behest stopped")
 
 
-def serve(settings: Settings) -> None:
-    """Run the server until SIGTERM or SIGINT, then shut down gracefully."""
+def serve(settings: Settings) -> str:
+    """Run the server until SIGTERM or SIGINT, then shut down gracefully. Returns why it could
+    not start ("" once it served): another process holds its database or node name."""
     logs.setup(settings.log_level, settings.log_format)
-    event_loop.run(_serve(settings), use_uvloop=settings.use_uvloop)
+    return event_loop.run(_serve(settings), use_uvloop=settings.use_uvloop)
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings) -> str:
     app = App(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await app.start()
+    try:
+        await app.start()
+    except FailedPrecondition as exc:
+        log.error("behest cannot start: %s", exc)
+        await app.stop(0)
+        return str(exc)
     try:
         await stop.wait()
         log.info("shutting down", extra={"grace_s": settings.shutdown_grace_s})
     finally:
         await app.stop()
+    return ""

@@ -221,7 +221,10 @@ def _serve(args: argparse.Namespace, printer: EventPrinter) -> int:
         return EXIT_ERROR
     from behest.app import serve  # lazily: the client commands must not need the server
 
-    serve(settings)
+    refused = serve(settings)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import ipaddress
 import os
-import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -236,8 +235,11 @@ class Settings(BaseSettings):
     # may take to start before it is reported failed.
     mcp: dict[str, Any] = Field(default_factory=dict)
     mcp_start_timeout_s: float = Field(default=30.0, gt=0)
-    # This node's name in run claims; replicas sharing a database need distinct names.
-    node_id: str = Field(default_factory=socket.gethostname)
+    # This process's name in run claims. Unset: a name of its own (host-pid-random), so two
+    # processes never act as one owner. Set (e.g. a StatefulSet pod's name): refused at start
+    # while another live process holds it, and the runs it held are taken up at once after a
+    # restart instead of when their leases lapse.
+    node_id: str = Field(default="", max_length=200)
     # How long a node's claim on a run lasts without renewal (renewed every third of it);
     # runs of a node gone silent that long are resumed by another.
     run_lease_s: float = Field(default=30.0, gt=0)

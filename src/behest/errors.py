@@ -9,6 +9,7 @@ BehestError
 ├── FailedPrecondition       operation not valid in the current state
 │   └── RunStopped               a run cannot go on; its FailureCode says why
 ├── Aborted                  conflict with concurrent work (session busy)
+│   └── Fenced                   a write of a run whose claim this node lost
 ├── OutOfRange               cursor past the end of a finished run
 ├── ResourceExhausted        a configured limit is reached
 ├── Unavailable              the server is shutting down
@@ -65,6 +66,19 @@ class RunStopped(FailedPrecondition):
 
 class Aborted(BehestError):
     pass
+
+
+class Fenced(Aborted):
+    """A run's step was refused: another node claimed the run since this one did (its lease
+    generation moved on). Nothing of the step was written; this node stops the run."""
+
+    def __init__(self, run_id: str, generation: int) -> None:
+        super().__init__(
+            f"run {run_id} was taken over by another node (this node's claim {generation} "
+            "is no longer current); nothing more is written by this node"
+        )
+        self.run_id = run_id
+        self.generation = generation
 
 
 class OutOfRange(BehestError):

@@ -93,6 +93,9 @@ class Metrics:
         self.lease_renewals = m.create_counter(
             "behest_lease_renewals", "{round}", "Lease renewal rounds, by outcome"
         )
+        self.runs_lost = m.create_counter(
+            "behest_runs_lost", "{run}", "Runs stopped here because another node claimed them"
+        )
         self._meter = m
         self._breakers: dict[str, tuple[CircuitBreakerState, float]] = {}
         self._attrs: dict[tuple[str, ...], Attributes] = {}

@@ -118,14 +118,15 @@ class Telemetry:
         self._stopped = False
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Telemetry:
-        """The Telemetry the settings (and the process's OTEL_* environment) ask for."""
+    def from_settings(cls, settings: Settings, *, instance: str = "") -> Telemetry:
+        """The Telemetry the settings (and the process's OTEL_* environment) ask for;
+        `instance`: this process's node name (service.instance.id)."""
         exporting = Exporting(
             otlp_endpoint=settings.otlp_endpoint,
             otlp_protocol=settings.otlp_protocol,
             metrics_listen=settings.metrics_listen,
             trace_content=settings.trace_content,
-            instance=settings.node_id,
+            instance=instance or settings.node_id,
         )
         return cls(exporting, os.environ)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,8 +13,11 @@ import pytest
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest.app import App
 from behest.domain.runs import RunRequest
+from behest.errors import FailedPrecondition
 from behest.store.base import NewRun
+from behest.store.sql.store import SqlStore
 from tests.support import (
     Server,
     collect,
@@ -121,27 +125,49 @@ async def test_an_interrupted_run_can_be_cancelled(tmp_path: Path) -> None:
         await stop_server(second)
 
 
-async def test_a_node_adopts_the_runs_of_a_node_whose_lease_lapsed(tmp_path: Path) -> None:
+async def test_a_server_takes_up_at_once_the_runs_a_dead_process_held_on_its_data_dir(
+    tmp_path: Path,
+) -> None:
+    # SQLite has one writer, and its database is locked while served: the next server on it
+    # knows whoever claimed a run last is gone, so it does not wait for the claim to lapse.
     steps = script(tool_step("slow_idempotent", 5), {"text": "adopted"})
-    first = await start_server_with_plugins(
-        fast_settings(tmp_path, node_id="node-a", run_lease_s=1.5)
-    )
+    first = await start_server_with_plugins(fast_settings(tmp_path))
     run_id = await interrupt_during_tool(first, steps)
-    second = await start_server_with_plugins(
-        fast_settings(tmp_path, node_id="node-b", run_lease_s=1.5)
-    )
+    # As a process killed mid-run leaves it: claimed by its node for another minute.
+    store = SqlStore(fast_settings(tmp_path).effective_database_url)
+    await store.start()
     try:
-        snapshot = await second.snapshots.GetSnapshot(pb.GetSnapshotRequest(run_id=run_id))
-        assert snapshot.snapshot.status == c.RUN_STATUS_WAITING_FOR_TOOLS  # not taken yet
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await second.snapshots.DeleteSnapshot(pb.DeleteSnapshotRequest(run_id=run_id))
-        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "node-a" in (err.value.details() or "")
+        until = datetime.now(UTC) + timedelta(seconds=60)
+        now = datetime.now(UTC)
+        assert await store.claim_run(run_id, owner="dead", now=now, lease_until=until, force=True)
+    finally:
+        await store.close()
+    second = await start_server_with_plugins(fast_settings(tmp_path, run_lease_s=60))
+    try:
         async with asyncio.timeout(10):
             events = await events_of(second, run_id)
+        stored = await second.app.store.get_run(run_id)
     finally:
         await stop_server(second)
     assert kind(events[-1]) == "run_completed"
+    assert stored is not None and stored.owner == second.app.node.name
+
+
+async def test_a_second_server_on_a_served_data_dir_is_refused(tmp_path: Path) -> None:
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    try:
+        second = App(fast_settings(tmp_path))
+        with pytest.raises(FailedPrecondition, match=rf"pid {os.getpid()}\b.*one writer"):
+            await second.start()
+        await second.stop(0)
+        # The first one is untouched by the attempt.
+        created = await first.runs.CreateRun(create_request("still here"))
+        events = await events_of(first, created.run_id)
+        assert kind(events[-1]) == "run_completed"
+    finally:
+        await stop_server(first)
+    third = await start_server_with_plugins(fast_settings(tmp_path))  # free once it stopped
+    await stop_server(third)
 
 
 async def test_lease_keeping_never_takes_over_this_nodes_own_runs(tmp_path: Path) -> None:

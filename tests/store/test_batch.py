@@ -33,7 +33,7 @@ async def test_a_creation_commits_its_first_step_with_it(store: SqlStore) -> Non
     [result] = await store.apply_batch([new_run(text="first words")])
     assert isinstance(result, tuple)
     created, writes = result
-    assert created.created and len(writes) == 3
+    assert created.created and len(writes) == 4  # its Fence, event, message, snapshot
     run = await store.get_run(created.run.id)
     assert run is not None
     assert (run.status, run.owner) == (RunStatus.SESSION_LOADED, "node-1")

@@ -80,7 +80,7 @@ async def test_same_key_and_request_returns_the_same_run(store: SqlStore, log: E
 
     again, again_step = await _create(log, _keyed(key))
 
-    assert first.created and len(first_step) == 3
+    assert first.created and len(first_step) == 4
     assert not again.created and again_step == []
     assert again.run == first.run
     await _assert_one_run_with_one_first_step(store, first.run)

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from behest.domain.callers import DEFAULT_TENANT
 from behest.domain.messages import Message
-from behest.domain.spend import MILLION, FailureCode, Money, Prices, RunBudget
+from behest.domain.spend import MILLION, CancelSource, FailureCode, Money, Prices, RunBudget
 from behest.domain.waits import WaitOptions
 
 
@@ -163,9 +163,11 @@ class Run:
     instructions: str = ""
     tools: tuple[str, ...] = ()
     max_iterations: int = 0
-    # The node executing the run, and until when its claim holds.
+    # The node executing the run, until when its claim holds, and the claim's generation
+    # (it increases at every claim; a write of the run checks it).
     owner: str = ""
     lease_expires_at: datetime | None = None
+    lease_generation: int = 0
     # The tenant the run belongs to (domain/callers.py).
     tenant: str = DEFAULT_TENANT
     waits: WaitOptions = field(default_factory=WaitOptions)
@@ -178,6 +180,17 @@ class Run:
     allow_sub_agents: bool = False
     parent_run_id: str = ""
     depth: int = 0
+    # A cancel asked while another node executed it: whoever holds the run ends it so.
+    cancel_request: Cancel | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Who asked for a run to be cancelled, and why."""
+
+    by: str = ""
+    reason: str = ""
+    source: CancelSource = CancelSource.CALLER
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,21 +12,27 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from behest.domain.events import Event, Payload
 from behest.domain.runs import CreatedRun
-from behest.errors import Unavailable
+from behest.errors import Fenced, Unavailable
 from behest.events.notify import Notifier
 from behest.events.tail import RecentEvents
 from behest.metrics import Metrics
-from behest.store.base import AppendEvent, NewRun, Store, Write
+from behest.store.base import AppendEvent, Fence, NewRun, Store, Write
 from behest.telemetry import current, current_trace_ids
 
 log = logging.getLogger(__name__)
+
+# Readers ask the store after this long without a wake-up: commits by another process (a
+# replica, or this one before a restart) are seen so while no channel tells of them…
+POLL_S = 1.0
+# …and this seldom while the replicas' channel is up (a safety net only).
+QUIET_POLL_S = 30.0
 
 
 @dataclass(slots=True)
@@ -69,6 +75,11 @@ class EventLog:
         self.notifier = Notifier()
         self._metrics = metrics if metrics is not None else current().metrics
         self._published = 0  # events published since the last commit was measured
+        # How long a reader waits before it asks the store: commits of other processes are
+        # seen then, unless the replicas' channel tells of them (see remote_state).
+        self.poll_s = POLL_S
+        # Told (run id, generation) when a step is refused because the run changed hands.
+        self.on_fenced: Callable[[str, int], None] = lambda run_id, generation: None
 
     async def start(self) -> None:
         if self._task is None:
@@ -88,9 +99,10 @@ class EventLog:
         if self._queue:
             await asyncio.gather(self._queue[-1].done, return_exceptions=True)
 
-    def open_run(self, run_id: str, *, last_sequence: int) -> RunLog:
-        """The sequencer of one run; only the run's owner may hold one."""
-        return RunLog(self, run_id, last_sequence)
+    def open_run(self, run_id: str, *, last_sequence: int, generation: int) -> RunLog:
+        """The sequencer of one run, for the owner of its claim `generation` (its steps are
+        stored only while that claim is the run's current one)."""
+        return RunLog(self, run_id, last_sequence, generation)
 
     async def submit(self, writes: list[Write], events: list[Event]) -> asyncio.Future[None]:
         """Queue one step; the returned future resolves once it is committed."""
@@ -174,6 +186,8 @@ class EventLog:
         for step, result in zip(batch, results, strict=True):
             if isinstance(result, BaseException):
                 _fail(step, result)
+                if isinstance(result, Fenced):
+                    self.on_fenced(result.run_id, result.generation)
                 continue
             if result is not None:  # a creation: (the run, its first step's writes)
                 step.events = [w.event for w in result[1] if isinstance(w, AppendEvent)]
@@ -233,6 +247,20 @@ class EventLog:
         """The run's owner has re-read where its log ends; accept its steps again."""
         self._broken.discard(run_id)
 
+    # --- other replicas' commits (PostgreSQL notifications) ----------------------------
+
+    def remote_commits(self, last: dict[str, int]) -> None:
+        """Runs whose logs another replica extended, to their last sequence: wake readers."""
+        for run_id, sequence in last.items():
+            self.recent.behind(run_id, sequence)
+            self.notifier.notify(run_id)
+
+    def remote_state(self, up: bool) -> None:
+        """The replicas' channel is up (readers need not poll) or down (they poll); every
+        reader looks again, for notifications missed meanwhile."""
+        self.poll_s = QUIET_POLL_S if up else POLL_S
+        self.notifier.notify_all()
+
     def _publish(self, events: list[Event]) -> None:
         self._published += len(events)
         for event in events:
@@ -257,10 +285,12 @@ def _fail(step: _Step, error: BaseException) -> None:
 class RunLog:
     """Numbers one run's events and queues them with the state writes of their step."""
 
-    def __init__(self, log: EventLog, run_id: str, last_sequence: int) -> None:
+    def __init__(self, log: EventLog, run_id: str, last_sequence: int, generation: int) -> None:
         self._log = log
         self.run_id = run_id
         self.last_sequence = last_sequence
+        self.generation = generation
+        self._fence = Fence(run_id, generation)
         self.failed = False
         self._lock = asyncio.Lock()
 
@@ -282,7 +312,7 @@ class RunLog:
                 )
                 for offset, payload in enumerate(payloads, start=1)
             ]
-            writes: list[Write] = [AppendEvent(e) for e in events]
+            writes: list[Write] = [self._fence, *(AppendEvent(e) for e in events)]
             writes.extend(state)
             done = await self._log.submit(writes, events)
             self.last_sequence += len(events)

@@ -1,4 +1,5 @@
-"""Wakes stream readers when a run's log grows (in-process; replicas add a poll fallback)."""
+"""Wakes stream readers when a run's log grows: commits here, and other replicas' commits
+told by PostgreSQL notifications (store/sql/channel.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ class Notifier:
     def notify(self, run_id: str) -> None:
         event = self._pending.pop(run_id, None)
         if event is not None:
+            event.set()
+
+    def notify_all(self) -> None:
+        """Wake every reader (the replicas' channel went down or up: each looks again)."""
+        pending, self._pending = self._pending, {}
+        for event in pending.values():
             event.set()
 
     @staticmethod

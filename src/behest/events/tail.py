@@ -49,6 +49,13 @@ class RecentEvents:
         newer.reverse()
         return newer
 
+    def behind(self, run_id: str, sequence: int) -> None:
+        """Another replica committed the run up to `sequence`: a tail here that ends before it
+        is stale (the run moved), so readers go to the store."""
+        recent = self._runs.get(run_id)
+        if recent and recent[-1].sequence < sequence:
+            del self._runs[run_id]
+
     def end_seen(self, run_id: str) -> int | None:
         """The last sequence of a run whose terminal event was published here lately."""
         recent = self._runs.get(run_id)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from behest.domain import events as ev
 from behest.domain.messages import Message
-from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
-from behest.domain.spend import CancelSource, FailureCode, Money
+from behest.domain.runs import Cancel, FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.spend import FailureCode, Money
 from behest.errors import (
     BehestError,
     ContextOverflowError,
+    Fenced,
     InvalidArgument,
     NotFound,
     ProviderAuthError,
@@ -84,15 +85,6 @@ class Ending:
         return "the run ended"
 
 
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """Who asked for a run to be cancelled, and why."""
-
-    by: str = ""
-    reason: str = ""
-    source: CancelSource = CancelSource.CALLER
-
-
 def failure_code(exc: BehestError) -> FailureCode:
     """Why a run that raised `exc` failed: the one table of failure codes."""
     match exc:
@@ -148,6 +140,8 @@ class RunEnder:
                 spent = Spent(iterations, usage, cost)
                 await self._write(run, run_log, ending, messages, position, spent)
                 return
+            except Fenced:
+                raise  # another node holds the run now: its end is that node's to write
             except Exception:
                 messages = None
                 delay = min(END_RETRY_MAX_S, 0.05 * 2**attempt)
@@ -160,15 +154,17 @@ class RunEnder:
                 )
                 await asyncio.sleep(delay)
 
-    async def end_stored(self, run: Run, ending: Ending) -> None:
-        """End a run no task executes (interrupted, or never resumed), from the store."""
+    async def end_stored(self, run: Run, ending: Ending, generation: int) -> None:
+        """End a run no task executes (interrupted, or never resumed), from the store, under
+        this node's claim `generation`."""
         with tracer().start_as_current_span(
             "behest.run.end",
             context=context_from_traceparent(run.traceparent),
             record_exception=False,
         ):
             # Without progress, finish reads where the log ends and the transcript first.
-            await self.finish(run, self._log.open_run(run.id, last_sequence=0), ending, None)
+            run_log = self._log.open_run(run.id, last_sequence=0, generation=generation)
+            await self.finish(run, run_log, ending, None)
 
     async def _write(
         self,

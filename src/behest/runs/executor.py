@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from behest.domain.messages import Message
-from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
+from behest.domain.runs import Cancel, CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import CancelSource, FailureCode
 from behest.errors import (
@@ -27,6 +28,7 @@ from behest.errors import (
     BehestError,
     DeadlineExceeded,
     FailedPrecondition,
+    Fenced,
     NotFound,
     ResourceExhausted,
     Unavailable,
@@ -34,13 +36,13 @@ from behest.errors import (
 from behest.events.log import EventLog, RunLog
 from behest.runs.builder import LoopBuilder
 from behest.runs.creation import commit_creation, new_run
-from behest.runs.ending import Cancel, Ending, RunEnder
-from behest.runs.leases import Leases
+from behest.runs.ending import Ending, RunEnder
+from behest.runs.leases import Leases, this_process
 from behest.runs.owned import Held, OwnedRun
 from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
 from behest.runs.waiting import Waiting
-from behest.store.base import AppendMessage, NewRun, Store
+from behest.store.base import AppendMessage, NewRun, NodeRecord, Renewal, Store
 from behest.telemetry import (
     Telemetry,
     bind,
@@ -55,6 +57,8 @@ log = logging.getLogger(__name__)
 CANCEL_WAIT_S = 10.0
 # Times CancelRun starts over when the run changed hands while it waited (a lost claim).
 _CANCEL_TRIES = 3
+# How often a CancelRun of a run another node executes looks again without a notification.
+_CANCEL_POLL_S = 0.5
 STOPPED = "the server is shutting down; the run stays resumable"
 
 
@@ -69,12 +73,15 @@ class Executor:
         builder: LoopBuilder,
         max_concurrent_runs: int,
         max_runs_of: Callable[[str], int] | None = None,
-        node_id: str = "local",
+        node: NodeRecord | None = None,
         lease_s: float = 30.0,
+        sole_writer: bool = False,
         resume_runs: bool = True,
         telemetry: Telemetry | None = None,
     ) -> None:
-        """`telemetry`: the App's (spans, metrics), bound in every run task."""
+        """`node`: this process (leases.this_process); `sole_writer`: no other process can
+        write the store (SQLite, its directory locked). `telemetry`: the App's (spans,
+        metrics), bound in every run task."""
         self._store = store
         self._log = event_log
         self._builder = builder
@@ -86,35 +93,46 @@ class Executor:
         # Each tenant's limit of active runs (the server's unless it has its own).
         self._max_runs_of = max_runs_of or (lambda tenant: max_concurrent_runs)
         self._accepting = True
-        self.leases = Leases(store, node=node_id, lease_s=lease_s, metrics=self._metrics)
+        self.leases = Leases(
+            store,
+            node=node if node is not None else this_process(""),
+            lease_s=lease_s,
+            sole_writer=sole_writer,
+            metrics=self._metrics,
+        )
+        event_log.on_fenced = self._lost
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
-        # Creations a cancelled CreateRun left to finish (see create); wake-ups of waiting runs.
+        # Creations a cancelled CreateRun left to finish (see create); chores: wake-ups of
+        # waiting runs, cancels signalled by other nodes.
         self._background: set[asyncio.Task[CreatedRun]] = set()
-        self._wakes: set[asyncio.Task[None]] = set()
+        self._chores: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Resume this node's interrupted runs, then keep claims alive and adopt orphans."""
+        """Register this process's node name (FailedPrecondition: a live process has it),
+        resume its interrupted runs, then keep claims alive and adopt orphans."""
+        await self.leases.register()
         if self._resume_runs:
             await self._adopt(own=True)
-        self.leases.start(self._adopt if self._resume_runs else None)
+        adopt = self._adopt if self._resume_runs else None
+        self.leases.start(adopt, self._running, self._renewed)
 
     async def stop(self, grace_s: float) -> None:
         """Stop taking runs, give running ones `grace_s` to finish, then stop the rest.
 
-        Stopped runs keep their snapshot and stay claimed by this node: they are resumed when
-        it starts again (or by another node once the claim lapses).
+        Stopped runs keep their snapshot and are let go: any node (this one when it starts
+        again) takes them up at once and resumes them.
         """
         self._accepting = False
         await self.leases.stop()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        if self._wakes:
-            await asyncio.wait(self._wakes, timeout=CANCEL_WAIT_S)
+        if self._chores:
+            await asyncio.wait(self._chores, timeout=CANCEL_WAIT_S)
         if self._background:
             await asyncio.wait(self._background, timeout=CANCEL_WAIT_S)
         tasks = self._runs.tasks()
@@ -125,6 +143,8 @@ class Executor:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+        await self._log.flush()
+        await self.leases.leave()
 
     # --- creating, cancelling, abandoning ------------------------------------------------
 
@@ -195,7 +215,7 @@ class Executor:
             if isinstance(outcome, Run):  # created, but the outcome was lost: from the store
                 self._metrics.runs_started.add(1)
                 span.end()
-                await self._resume(outcome, handle)
+                await self._resume(outcome, handle, outcome.lease_generation)
                 return CreatedRun(run=outcome, created=True)
         except asyncio.CancelledError:
             raise  # the caller's; the creation goes on in the background (see create)
@@ -216,7 +236,8 @@ class Executor:
         if not creation.request.session_id:
             known = [w.message for w in first_writes if isinstance(w, AppendMessage)]
         snapshot = initial_snapshot(created.run)
-        self._start(created.run, handle, span, 1, snapshot=snapshot, transcript=known)
+        generation = created.run.lease_generation
+        self._start(created.run, handle, span, 1, generation, snapshot=snapshot, transcript=known)
         return created
 
     async def cancel(self, run_id: str, cancel: Cancel) -> RunStatus:
@@ -234,7 +255,10 @@ class Executor:
             if handle is None:
                 if run.status.is_terminal:
                     return _cancelled(run_id, run.status)
-                final = await self._end_unowned(run, Ending.cancelled(cancel))
+                if self.leases.is_elsewhere(run):
+                    final = await self._cancel_elsewhere(run, cancel)
+                else:
+                    final = await self._end_unowned(run, Ending.cancelled(cancel))
             else:
                 handle.request_cancel(cancel)
                 final = await handle.wait_end(run_id, CANCEL_WAIT_S)
@@ -248,6 +272,74 @@ class Executor:
                     "and resumes at the next start; cancel it then"
                 )
         raise Aborted(f"run {run_id} changed hands while it was being cancelled; try again")
+
+    async def _cancel_elsewhere(self, run: Run, cancel: Cancel) -> RunStatus | None:
+        """Cancel a run another node executes: the cancel is stored and signalled to it, and
+        its end awaited (None: the run is nobody's now; the caller tries again). Its owner
+        ends it, or whoever takes it up if that node is gone."""
+        if not await self._store.request_cancel(run.id, cancel, now=datetime.now(UTC)):
+            return None  # it ended meanwhile: read again
+        try:
+            async with asyncio.timeout(CANCEL_WAIT_S):
+                while True:
+                    ticket = self._log.notifier.ticket(run.id)
+                    current = await self._store.get_run(run.id)
+                    if current is None or current.status.is_terminal:
+                        return None if current is None else current.status
+                    if not self.leases.is_elsewhere(current):
+                        return None  # its owner let it go (or died): end it here
+                    await self._log.notifier.wait(ticket, _CANCEL_POLL_S)
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"run {run.id}: the cancel is recorded, but node {run.owner!r}, which executes "
+                f"the run, did not end it within {CANCEL_WAIT_S:g} s; it ends cancelled when "
+                "that node or the next to take the run up gets to it (GetRun tells)"
+            ) from None
+
+    async def _cancels_asked(self, run_ids: Iterable[str]) -> None:
+        """Cancels asked through other nodes of runs this one executes: each is ended so."""
+        for run_id in run_ids:
+            handle = self._runs.get(run_id)
+            if handle is None or handle.cancel_requested or handle.decided is not None:
+                continue
+            run = await self._store.get_run(run_id)
+            if run is not None and run.cancel_request is not None:
+                handle.request_cancel(run.cancel_request)
+
+    def _running(self) -> set[str]:
+        """The runs whose task executes here under a claim."""
+        return self._runs.running()
+
+    async def _renewed(self, before: set[str], renewal: Renewal) -> None:
+        """After a renewal: end the runs asked to cancel; stop those another node claimed
+        meanwhile (a run that waits on a long tool writes nothing that would tell)."""
+        await self._cancels_asked(renewal.cancel_asked)
+        for run_id in before - renewal.held:
+            handle = self._runs.get(run_id)
+            if handle is None or handle.lost:
+                continue
+            run = await self._store.get_run(run_id)
+            if run is None or run.status.is_terminal or not run.owner:
+                continue  # it ended, or paused (nobody's): not lost
+            if (run.owner, run.lease_generation) != (self.leases.node, handle.generation):
+                self._lost(run_id, handle.generation)
+
+    def cancel_signalled(self, run_id: str) -> None:
+        """A node asked to cancel `run_id` (a signal): end it if this node executes it."""
+        if run_id in self._runs:
+            self._spawn(self._cancels_asked([run_id]), f"cancel-{run_id}")
+
+    def _lost(self, run_id: str, generation: int) -> None:
+        """A step of the run was refused: another node claimed it since. Stop it here at once
+        (its model call and tools cancelled), writing nothing more."""
+        handle = self._runs.get(run_id)
+        if handle is None or handle.generation != generation or handle.lost:
+            return
+        handle.lost = True
+        log.warning("run %s was taken over by another node; stopped here", run_id)
+        self._metrics.runs_lost.add(1)
+        if handle.task is not None:
+            handle.task.cancel()
 
     async def _cancel_children(self, run_id: str, cancel: Cancel) -> None:
         """Cancel the sub-agent runs a cancelled run started (and theirs, in turn)."""
@@ -267,6 +359,10 @@ class Executor:
             raise NotFound(f"run {run_id} not found")
         if run_id in self._runs:
             raise FailedPrecondition(f"run {run_id} is executing; cancel it with CancelRun instead")
+        if self.leases.is_elsewhere(run):
+            raise FailedPrecondition(
+                f"run {run_id} is executing on node {run.owner!r}; cancel it with CancelRun instead"
+            )
         if run.status.is_terminal:
             raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
         reason = "abandoned: its snapshot was deleted while the run was interrupted"
@@ -278,7 +374,6 @@ class Executor:
         """End a run no task of this process owns; returns how it ended (None: it vanished).
         The run is held as ours while its end is written, so no start, resume or second end
         of it can interleave; it is read again once held."""
-        self.leases.check_not_elsewhere(run)
         handle = self._runs.hold(run.id, OwnedRun(run.tenant, started=True, decided=ending.status))
         try:
             # Claimed first: a node taking up a waiting run, or adopting a lapsed one, now
@@ -289,16 +384,18 @@ class Executor:
                 handle.final = None if current is None else current.status
                 return handle.final
             if not claimed:
-                self.leases.check_not_elsewhere(current)
-                raise FailedPrecondition(f"run {run.id} was just taken up by another node")
+                return None  # another node holds it now: the caller asks again
+            handle.generation = claimed
             try:
                 async with asyncio.timeout(CANCEL_WAIT_S):
-                    await self._ender.end_stored(current, ending)
+                    await self._ender.end_stored(current, ending, claimed)
             except TimeoutError:
                 raise DeadlineExceeded(
                     f"the end of run {run.id} was not durable within {CANCEL_WAIT_S:g} s; "
                     "GetRun tells whether it was written"
                 ) from None
+            except Fenced:
+                return None  # another node claimed it meanwhile: the caller asks again
             handle.final = ending.status
             self._ended(ending)
             return handle.final
@@ -324,8 +421,8 @@ class Executor:
             return
         handle = self._runs.hold(run_id, OwnedRun(run.tenant))
         try:
-            if await self.leases.claim(run_id):
-                await self._resume(run, handle)
+            if generation := await self.leases.claim(run_id):
+                await self._resume(run, handle, generation)
         finally:
             if handle.task is None:
                 self._runs.release(run_id, handle)
@@ -347,32 +444,40 @@ class Executor:
         self._wake_soon(run_id)
 
     def _wake_soon(self, run_id: str) -> None:
-        if not self._accepting:
-            return
-        task = asyncio.create_task(self.wake(run_id), name=f"wake-{run_id}")
-        self._wakes.add(task)
-        task.add_done_callback(self._woken)
+        self._spawn(self.wake(run_id), f"wake-{run_id}")
 
-    def _woken(self, task: asyncio.Task[None]) -> None:
-        self._wakes.discard(task)
+    def _spawn(self, chore: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `chore` in the background (a wake-up, a cancel signalled); stop waits for it."""
+        if not self._accepting:
+            chore.close()
+            return
+        task = asyncio.create_task(chore, name=name)
+        self._chores.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._chores.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("taking up a waiting run failed", exc_info=task.exception())
+            log.warning("%s failed", task.get_name(), exc_info=task.exception())
 
     # --- resuming and adopting -----------------------------------------------------------
 
     async def _adopt(self, *, own: bool = False) -> None:
-        """Resume the unfinished runs this node may claim (its own ones only with `own`)."""
+        """Resume the unfinished runs this node may claim (its own ones only with `own`; at
+        start-up the sole writer takes every one)."""
         runs = await self._store.resumable_runs(now=datetime.now(UTC))
-        for run in self.leases.adoptable(runs, held=self._runs, own=own):
+        room = self._max_runs - len(self._runs)
+        force = own and self.leases.sole_writer
+        for run in await self.leases.adoptable(runs, held=self._runs, own=own, room=room):
             if not self._accepting:
                 return
             if run.id in self._runs:
                 continue
             handle = self._runs.hold(run.id, OwnedRun(run.tenant))
             try:
-                if await self.leases.claim(run.id):
+                if generation := await self.leases.claim(run.id, force=force):
                     self._metrics.lease_adoptions.add(1, self._adopted_from(run))
-                    await self._resume(run, handle)
+                    await self._resume(run, handle, generation)
             finally:
                 if handle.task is None:
                     self._runs.release(run.id, handle)
@@ -385,7 +490,10 @@ class Executor:
             previous = "this_node" if run.owner == self.leases.node else "other_node"
         return self._metrics.attrs("previous_owner", previous)
 
-    async def _resume(self, run: Run, handle: OwnedRun) -> None:
+    async def _resume(self, run: Run, handle: OwnedRun, generation: int) -> None:
+        """Start a claimed run from its snapshot; a cancel asked of it meanwhile ends it."""
+        if run.cancel_request is not None:
+            handle.request_cancel(run.cancel_request)
         snapshot = await self._store.get_snapshot(run.id)
         last_sequence = await self._store.last_sequence(run.id)
         span = self._telemetry.tracer.start_span(
@@ -397,7 +505,7 @@ class Executor:
             "resuming run",
             extra={"run_id": run.id, "after_sequence": last_sequence, "status": run.status.name},
         )
-        self._start(run, handle, span, last_sequence, snapshot=snapshot)
+        self._start(run, handle, span, last_sequence, generation, snapshot=snapshot)
 
     # --- one run ----------------------------------------------------------------------
 
@@ -407,11 +515,13 @@ class Executor:
         handle: OwnedRun,
         span: trace.Span,
         last_sequence: int,
+        generation: int,
         *,
         snapshot: Snapshot | None = None,
         transcript: list[Message] | None = None,
     ) -> None:
-        run_log = self._log.open_run(run.id, last_sequence=last_sequence)
+        handle.generation = generation
+        run_log = self._log.open_run(run.id, last_sequence=last_sequence, generation=generation)
         handle.task = asyncio.create_task(
             self._drive(run, handle, run_log, span, snapshot, transcript), name=f"run-{run.id}"
         )
@@ -444,8 +554,12 @@ class Executor:
                 await self._ender.finish(run, run_log, ending, progress)
                 handle.final = ending.status
                 self._ended(ending, span)
+        except Fenced:
+            log.warning("run %s was taken over by another node before its end", run.id)
         finally:
-            problem = "" if waiting else "the server is shutting down; the run stays resumable"
+            # A run lost to another node or paused leaves no problem: a CancelRun waiting for
+            # it asks again, where it is now.
+            problem = "" if waiting or handle.lost else STOPPED
             self._runs.release(run.id, handle, problem)
             if waiting is not None:
                 self._paused(run.id, waiting, handle)

@@ -1,27 +1,56 @@
-"""This node's claims on unfinished runs: leases renewed while it lives, lapsed ones adopted.
+"""This process's claims on unfinished runs: one identity per process, leases renewed while it
+lives, lapsed ones adopted, and a fair share of them when several nodes adopt.
 
-Every unfinished run names an owner node and a lease end (`runs.owner`,
-`runs.lease_expires_at`). The creating node claims its run; `Leases` renews all of this node's
-claims every `lease_s / 3`, and after each renewal hands the runs it may adopt — unowned, or
-whose owner's lease lapsed — to the executor, which claims each with a conditional UPDATE (two
-nodes never both win) and resumes it. A node's own runs are adopted only at start-up.
+Every unfinished run names an owner node, a lease end and a lease generation (`runs.owner`,
+`runs.lease_expires_at`, `runs.lease_generation`). The creating node claims its run; `Leases`
+renews all of this node's claims every `lease_s / 3`, and every `ADOPT_EVERY_S` at most hands
+the runs it may adopt — unowned, or whose owner's lease lapsed — to the executor, which claims
+each with a conditional UPDATE (two nodes never both win; the claim raises the generation, so
+the node that lost the run can write nothing more into it) and resumes it.
+
+A node's name is unique per process unless configured (`node_id`); a configured name is
+refused while another live process holds it (store: `register_node`). A node that stops lets
+go of its runs, so others take them up at once; one that dies loses them when its leases lapse.
+With `sole_writer` (SQLite, whose data directory this process has locked) no other process
+can be writing: at start-up every unfinished run is taken, whoever claimed it last.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import os
+import random
+import secrets
+import socket
+import time
 from collections.abc import Awaitable, Callable, Container, Iterable
 from datetime import UTC, datetime, timedelta
 
 from behest.domain.runs import Run
-from behest.errors import FailedPrecondition
 from behest.metrics import Metrics
-from behest.store.base import Store
+from behest.store.base import NodeRecord, Renewal, Store
 
 log = logging.getLogger(__name__)
 
+# Lapsed runs are looked for this often at most (and at every renewal): a node that died is
+# replaced within its lease and this.
+ADOPT_EVERY_S = 2.0
+
 Adopt = Callable[[], Awaitable[None]]
+# The runs this process executes under a claim (asked before a renewal), and what the
+# renewal found: those it no longer holds were lost; some were asked to cancel.
+Running = Callable[[], set[str]]
+Renewed = Callable[[set[str], Renewal], Awaitable[None]]
+
+
+def this_process(configured: str) -> NodeRecord:
+    """This process as a node: the configured name, else one no other process has."""
+    host = socket.gethostname()
+    instance = secrets.token_hex(8)
+    name = configured or f"{host}-{os.getpid()}-{instance[:6]}"
+    return NodeRecord(name=name, instance=instance, host=host, pid=os.getpid())
 
 
 def leased_elsewhere(run: Run, node: str, now: datetime) -> bool:
@@ -31,18 +60,27 @@ def leased_elsewhere(run: Run, node: str, now: datetime) -> bool:
 
 
 class Leases:
-    """Renews this node's leases in the background and calls `adopt` after each renewal."""
+    """Renews this node's leases in the background and calls `adopt` after each round."""
 
     def __init__(
-        self, store: Store, *, node: str, lease_s: float, metrics: Metrics | None = None
+        self,
+        store: Store,
+        *,
+        node: NodeRecord,
+        lease_s: float,
+        sole_writer: bool = False,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics if metrics is not None else Metrics()
         self._renewed = self._metrics.attrs("outcome", "ok")
         self._not_renewed = self._metrics.attrs("outcome", "error")
-        self.node = node
+        self.record = node
+        self.node = node.name
+        self.sole_writer = sole_writer
         self._lease_s = lease_s
         self._keeper: asyncio.Task[None] | None = None
+        self._registered = False
         self.rounds = 0
         self._round_done = asyncio.Event()
 
@@ -50,35 +88,52 @@ class Leases:
         """When a claim taken or renewed now lapses."""
         return datetime.now(UTC) + timedelta(seconds=self._lease_s)
 
-    async def claim(self, run_id: str) -> bool:
-        """Take a run that is unowned, this node's, or whose owner's lease lapsed."""
+    async def register(self) -> None:
+        """Register this process under its node name; FailedPrecondition if a live process
+        holds that name."""
+        await self._store.register_node(self.record, now=datetime.now(UTC), until=self.until())
+        self._registered = True
+
+    async def claim(self, run_id: str, *, force: bool = False) -> int:
+        """Take a run that is unowned, this node's, or whose owner's lease lapsed (any
+        unfinished one with `force`); the claim's generation, 0 if not taken."""
         return await self._store.claim_run(
-            run_id, owner=self.node, now=datetime.now(UTC), lease_until=self.until()
+            run_id, owner=self.node, now=datetime.now(UTC), lease_until=self.until(), force=force
         )
 
-    def check_not_elsewhere(self, run: Run) -> None:
-        """Raise FailedPrecondition if another live node holds the run."""
-        if leased_elsewhere(run, self.node, datetime.now(UTC)):
-            raise FailedPrecondition(
-                f"run {run.id} is executing on node {run.owner!r}; ask that node"
-            )
+    def is_elsewhere(self, run: Run) -> bool:
+        """Whether another live node holds the run."""
+        return leased_elsewhere(run, self.node, datetime.now(UTC))
 
-    def adoptable(self, runs: Iterable[Run], *, held: Container[str], own: bool) -> list[Run]:
-        """The runs this node may claim: not held here, not leased elsewhere, and its own
-        only if `own` (later, a run of ours with no task may be one just being created)."""
+    async def adoptable(
+        self, runs: Iterable[Run], *, held: Container[str], own: bool, room: int
+    ) -> list[Run]:
+        """The runs this node may claim now, in random order: not held here, not leased
+        elsewhere (unless this is the sole writer at start-up, `own`), this node's own only if
+        `own` (later, a run of ours with no task may be one just being created); at most
+        `room`, and at most a fair share of them when several nodes are alive."""
         now = datetime.now(UTC)
-        return [
+        candidates = [
             run
             for run in runs
             if run.id not in held
             and (own or run.owner != self.node)
-            and not leased_elsewhere(run, self.node, now)
+            and ((own and self.sole_writer) or not leased_elsewhere(run, self.node, now))
         ]
+        random.shuffle(candidates)
+        share = len(candidates)
+        if candidates and not own:
+            live = max(1, await self._store.live_nodes(now=now))
+            share = math.ceil(len(candidates) / live)
+        return candidates[: max(0, min(share, room))]
 
-    def start(self, adopt: Adopt | None) -> None:
-        """Keep leases from now on; `adopt` (if any) runs after each renewal."""
+    def start(self, adopt: Adopt | None, running: Running, renewed: Renewed) -> None:
+        """Keep leases from now on; `adopt` (if any) runs after each round, `renewed` after
+        each renewal, with what `running` said before it."""
         if self._keeper is None:
-            self._keeper = asyncio.create_task(self._keep(adopt), name="run-leases")
+            self._keeper = asyncio.create_task(
+                self._keep(adopt, running, renewed), name="run-leases"
+            )
 
     async def stop(self) -> None:
         if self._keeper is not None:
@@ -86,23 +141,50 @@ class Leases:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
 
+    async def leave(self) -> None:
+        """Let go of this node's runs and its name (a stop): others take them up at once.
+        Nothing, if this process never registered (the name may be a live process's)."""
+        if not self._registered:
+            return
+        try:
+            released = await self._store.release_runs(owner=self.node)
+            await self._store.unregister_node(self.record)
+            self._registered = False
+        except Exception:
+            log.exception("letting go of this node's runs failed; they lapse with the leases")
+            return
+        if released:
+            log.info("let go of %d unfinished runs for other nodes to take up", released)
+
     async def next_round(self) -> int:
         """Wait until the next round of renewal (and adoption) is done; its number."""
         self._round_done.clear()
         await self._round_done.wait()
         return self.rounds
 
-    async def _keep(self, adopt: Adopt | None) -> None:
+    async def _keep(self, adopt: Adopt | None, running: Running, renewed: Renewed) -> None:
+        renew_every = self._lease_s / 3
+        renew_at = time.monotonic() + renew_every
         while True:
-            await asyncio.sleep(self._lease_s / 3)
-            outcome = self._renewed
+            await asyncio.sleep(min(renew_every, ADOPT_EVERY_S, renew_at - time.monotonic()))
             try:
-                await self._store.renew_leases(owner=self.node, lease_until=self.until())
+                if time.monotonic() >= renew_at - 0.001:
+                    renew_at = time.monotonic() + renew_every
+                    await self._renew(running, renewed)
                 if adopt is not None:
                     await adopt()
             except Exception:
-                outcome = self._not_renewed
-                log.exception("renewing run leases failed; retrying")
-            self._metrics.lease_renewals.add(1, outcome)
+                log.exception("adopting runs failed; retrying")
             self.rounds += 1
             self._round_done.set()
+
+    async def _renew(self, running: Running, renewed: Renewed) -> None:
+        outcome = self._renewed
+        try:
+            before = running()
+            renewal = await self._store.renew_leases(owner=self.node, lease_until=self.until())
+            await renewed(before, renewal)
+        except Exception:
+            outcome = self._not_renewed
+            log.exception("renewing run leases failed; retrying")
+        self._metrics.lease_renewals.add(1, outcome)

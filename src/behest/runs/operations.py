@@ -18,7 +18,15 @@ from behest.domain.catalog import ProviderInfo, ToolInfo
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role
-from behest.domain.runs import CreatedRun, Run, RunOutput, RunRequest, RunStatus, TokenUsage
+from behest.domain.runs import (
+    Cancel,
+    CreatedRun,
+    Run,
+    RunOutput,
+    RunRequest,
+    RunStatus,
+    TokenUsage,
+)
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, UsageReport
@@ -28,7 +36,6 @@ from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs import catalog
 from behest.runs.compaction_settings import CompactionSettings
-from behest.runs.ending import Cancel
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
 from behest.store.base import Store

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from behest.domain.runs import RunStatus
+from behest.domain.runs import Cancel, RunStatus
 from behest.errors import DeadlineExceeded, Unavailable
-from behest.runs.ending import Cancel
 
 
 @dataclass(slots=True, eq=False)
@@ -30,6 +29,8 @@ class OwnedRun:
     final: RunStatus | None = None  # the terminal status, once durable
     problem: str = ""  # why the run left this process without a durable end
     rewake: bool = False  # answers came while it paused: take it up again once it left
+    generation: int = 0  # the lease generation of this process's claim on it
+    lost: bool = False  # another node claimed it since: stopped here, nothing more written
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_cancel(self, cancel: Cancel) -> None:
@@ -81,6 +82,10 @@ class Held:
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return [h.task for h in self._runs.values() if h.task is not None]
+
+    def running(self) -> set[str]:
+        """The runs whose task has started here under a claim."""
+        return {run_id for run_id, h in self._runs.items() if h.started and h.generation}
 
     def of_tenant(self, tenant: str) -> int:
         return self._per_tenant.get(tenant, 0)

@@ -9,7 +9,7 @@ from behest.domain import events as ev
 from behest.domain.messages import Message, Role
 from behest.domain.runs import Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
-from behest.store.base import AppendEvent, AppendMessage, PutSnapshot, Write
+from behest.store.base import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 
 
 def run_started(run: Run) -> ev.RunStarted:
@@ -53,6 +53,7 @@ def first_step(run: Run, position: int, *, trace_id: str, span_id: str) -> list[
     )
     # The store creates the run in status SESSION_LOADED already.
     return [
+        Fence(run.id, run.lease_generation),  # the creator's claim wrote it
         AppendEvent(event),
         AppendMessage(user_message(run, position)),
         PutSnapshot(initial_snapshot(run)),

@@ -15,8 +15,6 @@ from behest.events.log import EventLog
 from behest.store.base import Store
 
 PAGE = 500
-# Commits by another process (a replica, or before a restart) are seen by polling this often.
-POLL_S = 1.0
 
 
 async def follow(
@@ -33,7 +31,8 @@ async def follow(
     while True:
         ticket = event_log.notifier.ticket(run_id)
         # After a quiet spell the store is asked: the run may go on in another process (a
-        # waiting run taken up by another replica), which this one's tail knows nothing of.
+        # replica; told by a notification, which leaves no tail here), which this one's tail
+        # knows nothing of.
         events = None if from_store else event_log.recent.after(run_id, last)
         if events is None:
             events = await store.read_events(run_id, after=last, limit=PAGE)
@@ -47,7 +46,7 @@ async def follow(
         from_store = False
         if len(events) >= PAGE:
             continue
-        if not events and not await event_log.notifier.wait(ticket, POLL_S):
+        if not events and not await event_log.notifier.wait(ticket, event_log.poll_s):
             # Quiet for a while: the run may have ended in another process.
             if await _ended_at(store, event_log, run_id, last):
                 return

@@ -10,7 +10,15 @@ from typing import Protocol
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.runs import (
+    Cancel,
+    CreatedRun,
+    FinishReason,
+    Run,
+    RunRequest,
+    RunStatus,
+    TokenUsage,
+)
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, FailureCode, Money
@@ -83,6 +91,35 @@ class ExpireCalls:
     call_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A node's renewed claims: the runs it still holds, and those a cancel was asked of
+    (through another node: `request_cancel`)."""
+
+    held: frozenset[str]
+    cancel_asked: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A process serving the database: its node name, and what tells it from another process
+    that would take the same name."""
+
+    name: str
+    instance: str
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The step holding this write is the run's only under the claim `generation`: checked in
+    the step's own transaction, so the step of a node that lost the run writes nothing."""
+
+    run_id: str
+    generation: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewRun:
     """A run to create inside a group commit, with the writes of its first step: the one way
@@ -117,6 +154,7 @@ Write = (
     | RequestInput
     | ReleaseRun
     | ExpireCalls
+    | Fence
 )
 
 
@@ -139,13 +177,43 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def claim_run(
-        self, run_id: str, *, owner: str, now: datetime, lease_until: datetime
-    ) -> bool:
-        """Take an unfinished run that is unowned, ours already, or whose owner's lease lapsed."""
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        force: bool = False,
+    ) -> int:
+        """Take an unfinished run that is unowned, `owner`'s already, or whose lease lapsed
+        (any unfinished run with `force`: the caller knows no other process writes). Returns
+        the claim's lease generation (higher than any before it), 0 if not taken."""
         ...
 
-    async def renew_leases(self, *, owner: str, lease_until: datetime) -> None:
-        """Extend the claims of every unfinished run `owner` holds."""
+    async def renew_leases(self, *, owner: str, lease_until: datetime) -> Renewal:
+        """Extend the claims of every unfinished run `owner` holds, and its node's
+        registration; which runs it holds, and which of them a cancel was asked of."""
+        ...
+
+    async def release_runs(self, *, owner: str) -> int:
+        """Let go of every unfinished run `owner` holds (no owner, no lease), so any node may
+        take them up at once; how many."""
+        ...
+
+    async def request_cancel(self, run_id: str, cancel: Cancel, *, now: datetime) -> bool:
+        """Keep a cancel for whichever node executes the run (the first one asked stands) and
+        signal it (PostgreSQL: NOTIFY); whether the run is unfinished."""
+        ...
+
+    async def register_node(self, node: NodeRecord, *, now: datetime, until: datetime) -> None:
+        """Register this process as node `node.name` until `until` (renew_leases renews it).
+        FailedPrecondition while another live process holds that name."""
+        ...
+
+    async def unregister_node(self, node: NodeRecord) -> None: ...
+
+    async def live_nodes(self, *, now: datetime) -> int:
+        """How many nodes serve the database now (registrations not lapsed)."""
         ...
 
     async def apply(self, writes: list[Write]) -> None:
@@ -154,7 +222,9 @@ class Store(Protocol):
 
     async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
         """Commit a group of steps and run creations in one transaction; the only way runs
-        are created. A creation that is refused (NotFound: the session; Aborted: the session
+        are created. A step with a Fence whose run's lease generation moved on writes
+        nothing and fails alone (Fenced); its events are stored with their Fence's generation.
+        A creation that is refused (NotFound: the session; Aborted: the session
         has an active run, which it names; AlreadyExists: the key was used for another
         request, whose run it names) fails alone; other failures fail all. Two creations
         racing with one key, in one batch or in any two transactions, make one run, and both

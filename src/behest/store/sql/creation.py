@@ -187,6 +187,12 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "max_iterations": request.max_iterations,
         "owner": new.owner or None,
         "lease_expires_at": new.lease_until,
+        # The creator's claim is the first.
+        "lease_generation": 1 if new.owner else 0,
+        "cancel_requested_at": None,
+        "cancel_by": "",
+        "cancel_reason": "",
+        "cancel_source": 0,
         "tenant": new.tenant,
         "allow_sub_agents": request.allow_sub_agents,
         "parent_run_id": request.parent_run_id or None,

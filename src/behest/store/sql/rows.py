@@ -11,9 +11,9 @@ from typing import Any
 
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.runs import Cancel, FinishReason, Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import FailureCode, Money, RunBudget
+from behest.domain.spend import CancelSource, FailureCode, Money, RunBudget
 from behest.domain.waits import Answer, ClientTool, Decision, PendingCall, WaitKind, WaitOptions
 from behest.events import codec
 
@@ -67,6 +67,7 @@ def run_from_row(row: Any) -> Run:
         max_iterations=row.max_iterations,
         owner=row.owner or "",
         lease_expires_at=row.lease_expires_at and utc(row.lease_expires_at),
+        lease_generation=row.lease_generation,
         tenant=row.tenant,
         waits=waits_from_row(row),
         budget=budget_from_row(row),
@@ -75,7 +76,15 @@ def run_from_row(row: Any) -> Run:
         allow_sub_agents=bool(row.allow_sub_agents),
         parent_run_id=row.parent_run_id or "",
         depth=row.depth,
+        cancel_request=cancel_from_row(row),
     )
+
+
+def cancel_from_row(row: Any) -> Cancel | None:
+    """The cancel asked of a run another node executed (None: none was)."""
+    if row.cancel_requested_at is None:
+        return None
+    return Cancel(row.cancel_by, row.cancel_reason, CancelSource(row.cancel_source))
 
 
 def usage_from_row(row: Any) -> TokenUsage:
@@ -216,7 +225,8 @@ def pending_call_from_row(row: Any) -> PendingCall:
     )
 
 
-def event_to_row(event: Event) -> dict[str, Any]:
+def event_to_row(event: Event, generation: int = 0) -> dict[str, Any]:
+    """The row of an event written under the claim `generation` (0: by no claim)."""
     kind, payload = codec.encode(event.payload)
     return {
         "run_id": event.run_id,
@@ -226,6 +236,7 @@ def event_to_row(event: Event) -> dict[str, Any]:
         "created_at": event.timestamp,
         "trace_id": event.trace_id,
         "span_id": event.span_id,
+        "generation": generation,
     }
 
 

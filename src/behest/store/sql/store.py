@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -15,17 +16,22 @@ from sqlalchemy import Connection
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import Cancel, Run, RunStatus
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
+from behest.errors import Fenced
 from behest.store.base import (
+    AppendEvent,
     BatchResult,
+    Fence,
     NewRun,
+    NodeRecord,
+    Renewal,
     Write,
 )
-from behest.store.sql import erasure, rows, sessions, spend, waits
+from behest.store.sql import channel, erasure, leases, rows, sessions, spend, waits
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
@@ -66,8 +72,11 @@ _EVENT_COLUMNS = (
 class SqlStore:
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, node: str = "") -> None:
+        """`node`: this process's node name, which its notifications carry (PostgreSQL; none
+        are sent without one)."""
         self._url = url
+        self._node = node
         self._engines: Engines | None = None
 
     @property
@@ -197,39 +206,59 @@ class SqlStore:
         async with self.engines.reader.connect() as conn:
             return await conn.run_sync(erasure.count_prunable, older_than=older_than)
 
-    # --- ownership of unfinished runs (leases) ------------------------------------------
+    # --- ownership of unfinished runs (store/sql/leases.py) -----------------------------
 
     async def claim_run(
-        self, run_id: str, *, owner: str, now: datetime, lease_until: datetime
-    ) -> bool:
-        """Take an unfinished run that is unowned, ours already, or whose owner's lease lapsed."""
-        runs = t.runs.c
-        statement = (
-            sa.update(t.runs)
-            .where(
-                runs.id == run_id,
-                runs.status.not_in(TERMINAL),
-                sa.or_(
-                    runs.owner.is_(None),
-                    runs.owner == owner,
-                    runs.lease_expires_at.is_(None),
-                    runs.lease_expires_at < now,
-                ),
-            )
-            .values(owner=owner, lease_expires_at=lease_until)
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        force: bool = False,
+    ) -> int:
+        """Take an unfinished run that is unowned, ours, or whose lease lapsed (any, with
+        `force`); the claim's generation, 0 if not taken."""
+        return await self.engines.writer.write(
+            leases.claim, run_id, owner=owner, now=now, lease_until=lease_until, force=force
         )
-        claimed = await self.engines.writer.write(_rowcount, statement)
-        return claimed == 1
 
-    async def renew_leases(self, *, owner: str, lease_until: datetime) -> None:
-        """Extend the claims of every unfinished run `owner` holds."""
-        runs = t.runs.c
-        statement = (
-            sa.update(t.runs)
-            .where(runs.owner == owner, runs.status.not_in(TERMINAL))
-            .values(lease_expires_at=lease_until)
+    async def renew_leases(self, *, owner: str, lease_until: datetime) -> Renewal:
+        """Extend `owner`'s claims and registration; the runs it holds, those asked to cancel."""
+        return await self.engines.writer.write(leases.renew, owner=owner, lease_until=lease_until)
+
+    async def release_runs(self, *, owner: str) -> int:
+        """Let go of every unfinished run `owner` holds; how many."""
+        return await self.engines.writer.write(leases.release, owner=owner)
+
+    async def request_cancel(self, run_id: str, cancel: Cancel, *, now: datetime) -> bool:
+        """Store a cancel for the node executing the run (the first asked stands), and signal
+        it; whether the run is unfinished."""
+        return await self.engines.writer.write(
+            _request_cancel, run_id, cancel, now=now, node=self._node
         )
-        await self.engines.writer.write(_rowcount, statement)
+
+    async def register_node(self, node: NodeRecord, *, now: datetime, until: datetime) -> None:
+        """Register this process under its node name (FailedPrecondition: a live one has it)."""
+        await self.engines.writer.write(
+            leases.register_node,
+            name=node.name,
+            instance=node.instance,
+            host=node.host,
+            pid=node.pid,
+            now=now,
+            until=until,
+        )
+
+    async def unregister_node(self, node: NodeRecord) -> None:
+        await self.engines.writer.write(
+            leases.unregister_node, name=node.name, instance=node.instance
+        )
+
+    async def live_nodes(self, *, now: datetime) -> int:
+        """How many nodes serve the database now."""
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(leases.live_nodes, now=now)
 
     # --- the event log's writes ----------------------------------------------------------
 
@@ -239,8 +268,8 @@ class SqlStore:
     async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
         rows = sum(CREATION_ROWS if isinstance(item, NewRun) else len(item) for item in items)
         if rows <= SMALL_BATCH_ROWS:
-            return await self.engines.writer.write_small(_apply_batch, items)
-        return await self.engines.writer.write(_apply_batch, items)
+            return await self.engines.writer.write_small(_apply_batch, items, self._node)
+        return await self.engines.writer.write(_apply_batch, items, self._node)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -352,13 +381,20 @@ def _rowcount(conn: Connection, statement: sa.Executable) -> int:
     return int(conn.execute(statement).rowcount)
 
 
-def _apply_batch(conn: Connection, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
+def _apply_batch(
+    conn: Connection, items: Sequence[list[Write] | NewRun], node: str
+) -> list[BatchResult]:
     results: list[BatchResult] = []
     plain: list[Write] = []
     sessions: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
+    current = leases.fence_generations(conn, {f.run_id for f in _fences(items)})
     for item in items:
         if not isinstance(item, NewRun):
+            stale = next((f for f in item if _is_stale(f, current)), None)
+            if isinstance(stale, Fence):  # the run changed hands: this step writes nothing
+                results.append(Fenced(stale.run_id, stale.generation))
+                continue
             results.append(None)
             plain.extend(item)
         elif item.request.session_id or item.request.client_request_id:
@@ -374,7 +410,42 @@ def _apply_batch(conn: Connection, items: Sequence[list[Write] | NewRun]) -> lis
         conn.execute(INSERT_SESSIONS, sessions)
         conn.execute(INSERT_RUNS, runs)
     apply_writes(conn, plain)
+    if node and conn.dialect.name == "postgresql":
+        _notify_events(conn, node, plain, results)
     return results
+
+
+def _fences(items: Sequence[list[Write] | NewRun]) -> list[Fence]:
+    return [w for item in items if isinstance(item, list) for w in item if isinstance(w, Fence)]
+
+
+def _is_stale(write: Write, current: dict[str, int]) -> bool:
+    return isinstance(write, Fence) and current.get(write.run_id) != write.generation
+
+
+def _notify_events(
+    conn: Connection, node: str, plain: list[Write], results: list[BatchResult]
+) -> None:
+    """Tell the other replicas which runs' logs grew, at COMMIT (PostgreSQL NOTIFY): each
+    run's last sequence in this batch."""
+    last: dict[str, int] = {}
+    created = (r[1] for r in results if isinstance(r, tuple))
+    for write in itertools.chain(plain, *created):
+        if isinstance(write, AppendEvent):
+            event = write.event
+            if event.sequence > last.get(event.run_id, 0):
+                last[event.run_id] = event.sequence
+    for payload in channel.events_payloads(node, last) if last else ():
+        channel.notify(conn, channel.EVENTS, payload)
+
+
+def _request_cancel(
+    conn: Connection, run_id: str, cancel: Cancel, *, now: datetime, node: str
+) -> bool:
+    unfinished = leases.request_cancel(conn, run_id, cancel, now=now)
+    if unfinished and node and conn.dialect.name == "postgresql":
+        channel.notify(conn, channel.SIGNALS, channel.signal_payload(node, "cancel", run_id))
+    return unfinished
 
 
 def _put_compaction_config(conn: Connection, row: dict[str, Any]) -> None:

@@ -99,6 +99,13 @@ runs = sa.Table(
     sa.Column("parent_run_id", sa.String(36), nullable=True),
     sa.Column("allow_sub_agents", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("depth", sa.Integer, nullable=False, server_default="0"),
+    # Fencing (migration 0011): increases at every claim; a write of the run checks it. A
+    # cancel asked of the run while another node executed it, kept until the run ends.
+    sa.Column("lease_generation", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cancel_requested_at", Ts, nullable=True),
+    sa.Column("cancel_by", sa.String(200), nullable=False, server_default=""),
+    sa.Column("cancel_reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("cancel_source", sa.SmallInteger, nullable=False, server_default="0"),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.
@@ -124,6 +131,8 @@ events = sa.Table(
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("trace_id", sa.String(32), nullable=False),
     sa.Column("span_id", sa.String(16), nullable=False),
+    # The lease generation of the claim that wrote it (migration 0011).
+    sa.Column("generation", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 messages = sa.Table(
@@ -234,4 +243,19 @@ circuit_breaker = sa.Table(
     sa.Column("tenant", sa.String(200), primary_key=True),
     sa.Column("consecutive_failures", sa.Integer, nullable=False),
     sa.Column("opened_at", Ts, nullable=True),
+)
+
+
+# The processes serving this database (migration 0011), each renewed with its leases until
+# `expires_at`: a configured node name is refused while a live process holds it, and
+# adoption shares lapsed runs among the live ones.
+nodes = sa.Table(
+    "nodes",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("instance", sa.String(64), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
 )

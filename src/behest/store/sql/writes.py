@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
+from behest.domain.events import Event
 from behest.domain.runs import RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.store.base import (
@@ -18,6 +19,7 @@ from behest.store.base import (
     ClearToolResults,
     DeleteSnapshot,
     ExpireCalls,
+    Fence,
     PutSnapshot,
     ReleaseRun,
     RequestInput,
@@ -88,7 +90,10 @@ _DELETE_SNAPSHOTS = sa.delete(t.snapshots).where(
 
 
 def apply_writes(conn: Connection, writes: list[Write]) -> None:
-    events: list[dict[str, Any]] = []
+    """Apply the writes of one or more steps (their Fences were checked by the caller: each
+    only labels its run's events with the generation that wrote them)."""
+    events: list[Event] = []
+    generations: dict[str, int] = {}
     messages: list[dict[str, Any]] = []
     run_updates: dict[str, UpdateRun] = {}
     snapshots: dict[str, Snapshot | None] = {}
@@ -99,7 +104,9 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     for write in writes:
         match write:
             case AppendEvent(event):
-                events.append(rows.event_to_row(event))
+                events.append(event)
+            case Fence(run_id, generation):
+                generations[run_id] = generation
             case AppendMessage(message):
                 messages.append(rows.message_to_row(message))
             case UpdateRun():
@@ -120,7 +127,11 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
             case ExpireCalls():
                 expiries.extend((write.run_id, call_id) for call_id in write.call_ids)
     _execute(conn, _INSERT_MESSAGES, messages)
-    _execute(conn, _INSERT_EVENTS, events)
+    _execute(
+        conn,
+        _INSERT_EVENTS,
+        [rows.event_to_row(e, generations.get(e.run_id, 0)) for e in events],
+    )
     for clear in clears:  # one by one, in order: a later prune of a session wins
         conn.execute(_CLEAR_TOOL_RESULTS, clear)
     _execute(conn, _INSERT_PENDING_CALLS, calls)

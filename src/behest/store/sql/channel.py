@@ -1,0 +1,393 @@
+"""Cross-replica wake-ups over PostgreSQL LISTEN/NOTIFY.
+
+Replicas sharing one PostgreSQL each hold their own readers; a commit on one replica must
+wake the readers on the others. The committing transaction itself sends
+`pg_notify('behest_events', …)` naming the runs and their last sequence (`notify` inside the
+write function), so PostgreSQL delivers it at COMMIT and only if the transaction commits.
+Signals ("cancel run X") travel the same way on `behest_signals`.
+
+Delivery is at most once: nothing is queued for a listener that is not connected. `Channel`
+therefore reports each change of its connection (`on_state`): while down, readers must poll;
+once up again, they re-read the store, since notifications sent in between are gone.
+
+Payloads are compact JSON, ASCII only (so one character is one byte in any server encoding),
+kept under PostgreSQL's 8,000-byte limit by splitting a batch's runs over several:
+
+    {"node":"replica-a","last":{"<run id>":17,"<run id>":4}}
+    {"node":"replica-a","kind":"cancel","run":"<run id>"}
+
+Any PostgreSQL role on the database may NOTIFY these channels, so decoding trusts nothing:
+anything malformed decodes to None and is dropped with a short, rate-limited warning.
+
+Cost: PostgreSQL serialises the commits of transactions that NOTIFY (they take one lock on
+the notification queue at commit), so notify once per group commit, not once per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeGuard
+
+import asyncpg
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import make_url
+
+from behest import bounded_json
+from behest.errors import describe
+
+log = logging.getLogger(__name__)
+
+EVENTS = "behest_events"
+SIGNALS = "behest_signals"
+
+# PostgreSQL refuses payloads of 8,000 bytes or more; we send some room to spare.
+POSTGRES_PAYLOAD_BYTES = 8000
+MAX_PAYLOAD_BYTES = 7900
+# Node names, run ids and signal kinds are short (a hostname, a uuid, a word). At 256
+# characters even fully escaped (12 bytes per character) a node and one run fit a payload.
+MAX_NAME_CHARS = 256
+MAX_SEQUENCE = 2**63 - 1
+# How long `start` waits for the first connection, and how long one connection attempt
+# (connect and LISTEN) may take before it counts as failed.
+FIRST_CONNECT_WAIT_S = 2.0
+CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 1.0
+# Backoff before reconnecting: the first wait is at most this, doubling up to retry_max_s.
+FIRST_RETRY_S = 0.1
+WARN_EVERY_S = 60.0
+PAYLOAD_PREFIX_CHARS = 40
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+# Keyword arguments SQLAlchemy's asyncpg dialect keeps for itself.
+_SQLALCHEMY_ONLY = ("prepared_statement_cache_size", "prepared_statement_name_func")
+
+
+def events_payloads(node: str, last: Mapping[str, int]) -> list[str]:
+    """`last` ({run id: last sequence}) from `node`, as payloads each under MAX_PAYLOAD_BYTES.
+
+    Raises ValueError for a name longer than MAX_NAME_CHARS or a sequence outside 0..2**63-1
+    (a caller's bug; the store's ids and sequences never are)."""
+    head = '{"node":' + _encode_name(node, "node") + ',"last":{'
+    tail = "}}"
+    payloads: list[str] = []
+    entries: list[str] = []
+    size = len(head) + len(tail)
+    for run_id, sequence in last.items():
+        entry = _encode_name(run_id, "run id") + ":" + str(_check_sequence(sequence))
+        cost = len(entry) + (1 if entries else 0)
+        if entries and size + cost > MAX_PAYLOAD_BYTES:
+            payloads.append(head + ",".join(entries) + tail)
+            entries, size, cost = [], len(head) + len(tail), len(entry)
+        entries.append(entry)
+        size += cost
+    if entries:
+        payloads.append(head + ",".join(entries) + tail)
+    return payloads
+
+
+def decode_events(payload: str) -> tuple[str, dict[str, int]] | None:
+    """(node, {run id: last sequence}) from an events payload; None if it is malformed."""
+    value = _parse(payload)
+    if value is None:
+        return None
+    node, last = value.get("node"), value.get("last")
+    if not _is_name(node) or not isinstance(last, dict) or not last:
+        return None
+    for run_id, sequence in last.items():
+        if not _is_name(run_id) or not _is_sequence(sequence):
+            return None
+    return node, last
+
+
+def signal_payload(node: str, kind: str, run_id: str) -> str:
+    """A signal (e.g. kind "cancel") about one run, from `node`."""
+    return (
+        f'{{"node":{_encode_name(node, "node")},"kind":{_encode_name(kind, "kind")},'
+        f'"run":{_encode_name(run_id, "run id")}}}'
+    )
+
+
+def decode_signal(payload: str) -> tuple[str, str, str] | None:
+    """(node, kind, run id) from a signal payload; None if it is malformed."""
+    value = _parse(payload)
+    if value is None:
+        return None
+    node, kind, run_id = value.get("node"), value.get("kind"), value.get("run")
+    if not (_is_name(node) and _is_name(kind) and _is_name(run_id)):
+        return None
+    return node, kind, run_id
+
+
+def notify(conn: Connection, channel: str, payload: str) -> None:
+    """Queue a notification in `conn`'s transaction: sent at COMMIT, dropped on rollback."""
+    conn.execute(_NOTIFY, {"channel": channel, "payload": payload})
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """asyncpg.connect's keyword arguments for a SQLAlchemy PostgreSQL URL: the same ones
+    SQLAlchemy's asyncpg dialect passes (user, password, host, port, database, query options
+    such as ssl), without the dialect's own options."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError("LISTEN/NOTIFY needs a PostgreSQL URL")
+    parsed = parsed.set(drivername="postgresql+asyncpg")
+    _, kwargs = parsed.get_dialect()().create_connect_args(parsed)
+    for name in _SQLALCHEMY_ONLY:
+        kwargs.pop(name, None)
+    return dict(kwargs)
+
+
+class Channel:
+    """Listens on EVENTS and SIGNALS over one dedicated asyncpg connection, kept open.
+
+    `up` starts False. A lost connection is noticed by asyncpg (the server closed it) or by
+    a `SELECT 1` every `check_s` that must answer within `check_s` (nothing else notices a
+    peer gone silently). On_state reports changes only: True once listening after each
+    (re)connection, False on each loss; `stop` reports nothing. Reconnection backs off
+    exponentially with full jitter, capped at `retry_max_s`. Notifications from this
+    channel's own `node` are ignored: the sender woke its own readers already. Callbacks run
+    on the event loop; one that raises is logged and the channel carries on.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        node: str,
+        on_events: Callable[[dict[str, int]], None],
+        on_signal: Callable[[str, str], None],
+        on_state: Callable[[bool], None] | None = None,
+        retry_max_s: float = 5.0,
+        check_s: float = 5.0,
+    ) -> None:
+        self._connect_args = connect_args(url)
+        self._connect_args.setdefault("timeout", CONNECT_TIMEOUT_S)
+        self._where = make_url(url).render_as_string(hide_password=True)
+        self._password = str(self._connect_args.get("password") or "")
+        self._node = node
+        self._on_events = on_events
+        self._on_signal = on_signal
+        self._on_state = on_state
+        self._retry_max_s = retry_max_s
+        self._check_s = check_s
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None
+        self._up = False
+        self._failure_warnings = _Throttle(WARN_EVERY_S)
+        self._payload_warnings = _Throttle(WARN_EVERY_S)
+
+    @property
+    def up(self) -> bool:
+        """True while listening: notifications sent now will arrive."""
+        return self._up
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The listening connection's server process (tests terminate it), if connected."""
+        return int(self._conn.get_server_pid()) if self._conn is not None else None
+
+    async def start(self) -> None:
+        """Start listening in the background; wait up to FIRST_CONNECT_WAIT_S for the first
+        attempt, so a healthy database is `up` on return. A database that is down is not an
+        error: the channel keeps trying."""
+        if self._task is not None:
+            return
+        first = asyncio.Event()
+        self._task = asyncio.create_task(self._run(first), name="behest-notify-channel")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_CONNECT_WAIT_S):
+                await first.wait()
+
+    async def stop(self) -> None:
+        """Stop listening and close the connection. Idempotent."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        # asyncio.wait, not `await task`: the task's CancelledError is expected, ours is not.
+        await asyncio.wait([task])
+
+    async def _run(self, first: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        # Attempts in a row that failed or held only briefly: they set the backoff.
+        streak = 0
+        while True:
+            if streak:
+                await asyncio.sleep(self._backoff_s(streak))
+            try:
+                conn = await self._listen()
+            except Exception as exc:
+                streak += 1
+                first.set()
+                self._warn_failure(exc)
+                continue
+            since = loop.time()
+            await self._hold(conn, first)
+            self._report(up=False)
+            log.warning("lost the notification connection to %s; reconnecting", self._where)
+            streak = 1 if loop.time() - since >= self._retry_max_s else streak + 1
+
+    async def _hold(self, conn: Any, first: asyncio.Event) -> None:
+        """Be up on `conn` until it is lost. `stop` cancels this: then close it politely."""
+        self._conn, self._up = conn, True
+        try:
+            self._report(up=True)
+            first.set()
+            await self._watch(conn)
+        except asyncio.CancelledError:
+            self._conn, self._up = None, False
+            await _close(conn)
+            raise
+        except Exception:
+            log.exception("the notification channel failed; reconnecting")
+        self._conn, self._up = None, False
+        # Lost: nobody to say goodbye to, and a polite close would wait on a silent peer.
+        conn.terminate()
+
+    async def _listen(self) -> Any:
+        """A connection listening on both channels."""
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            conn = await asyncpg.connect(**self._connect_args)
+            try:
+                await conn.add_listener(EVENTS, self._events)
+                await conn.add_listener(SIGNALS, self._signal)
+            except BaseException:
+                conn.terminate()
+                raise
+        return conn
+
+    async def _watch(self, conn: Any) -> None:
+        """Return once `conn` is lost: closed under us, or silent for a health check."""
+        lost = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: lost.set())
+        while not conn.is_closed():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._check_s):
+                    await lost.wait()
+                    return
+            try:
+                await conn.fetchval("SELECT 1", timeout=self._check_s)
+            except Exception:
+                return
+
+    def _events(self, conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if conn is not self._conn:
+            return  # scheduled before this connection was dropped
+        decoded = decode_events(payload)
+        if decoded is None:
+            self._warn_malformed(EVENTS, payload)
+        elif decoded[0] != self._node:
+            self._call("on_events", self._on_events, decoded[1])
+
+    def _signal(self, conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if conn is not self._conn:
+            return
+        decoded = decode_signal(payload)
+        if decoded is None:
+            self._warn_malformed(SIGNALS, payload)
+        elif decoded[0] != self._node:
+            self._call("on_signal", self._on_signal, decoded[1], decoded[2])
+
+    def _report(self, *, up: bool) -> None:
+        if self._on_state is not None:
+            self._call("on_state", self._on_state, up)
+
+    def _call(self, name: str, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("the notification channel's %s callback failed", name)
+
+    def _backoff_s(self, streak: int) -> float:
+        """Full jitter: uniform up to FIRST_RETRY_S doubled per failure, capped."""
+        ceiling = min(self._retry_max_s, FIRST_RETRY_S * 2 ** min(streak - 1, 30))
+        return random.uniform(0, ceiling)
+
+    def _warn_failure(self, exc: Exception) -> None:
+        held = self._failure_warnings.allow()
+        if held is None:
+            return
+        reason = describe(exc)
+        if self._password:
+            reason = reason.replace(self._password, "***")
+        log.warning(
+            "cannot listen for notifications on %s (%s); retrying in the background%s",
+            self._where,
+            reason,
+            _held_note(held),
+        )
+
+    def _warn_malformed(self, channel: str, payload: str) -> None:
+        held = self._payload_warnings.allow()
+        if held is not None:
+            log.warning(
+                "ignored a malformed notification on %s starting %r%s",
+                channel,
+                payload[:PAYLOAD_PREFIX_CHARS],
+                _held_note(held),
+            )
+
+
+class _Throttle:
+    """Lets a repeated warning through at most once per `every_s`, counting those held back."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._next = 0.0
+        self._held = 0
+
+    def allow(self) -> int | None:
+        """How many were held back since the last one let through, or None to hold this."""
+        now = time.monotonic()
+        if now < self._next:
+            self._held += 1
+            return None
+        held, self._held, self._next = self._held, 0, now + self._every_s
+        return held
+
+
+def _held_note(held: int) -> str:
+    return f" ({held} more like it not logged)" if held else ""
+
+
+async def _close(conn: Any) -> None:
+    """Close politely if the peer answers soon; asyncpg aborts the socket otherwise."""
+    with contextlib.suppress(Exception):
+        await conn.close(timeout=CLOSE_TIMEOUT_S)
+
+
+def _encode_name(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"a notification's {what} must be 1 to {MAX_NAME_CHARS} characters")
+    return json.dumps(value)
+
+
+def _check_sequence(value: int) -> int:
+    if not _is_sequence(value):
+        raise ValueError(f"a notification's sequence must be an integer 0 to {MAX_SEQUENCE}")
+    return value
+
+
+def _is_name(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS
+
+
+def _is_sequence(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_SEQUENCE
+
+
+def _parse(payload: str) -> dict[str, Any] | None:
+    """The JSON object in `payload`; None for anything else (payloads are flat: depth 2)."""
+    if not isinstance(payload, str):
+        return None
+    try:
+        value = bounded_json.parse(payload, max_bytes=POSTGRES_PAYLOAD_BYTES, max_depth=2)
+    except bounded_json.JsonRefused:
+        return None
+    return value if isinstance(value, dict) else None
