@@ -1,5 +1,5 @@
-"""`python -m bench` (`make bench`): issue 6's benchmark suite, and issue 12's auth row (item
-8); see bench/README.md.
+"""`python -m bench` (`make bench`): issue 6's benchmark suite, issue 12's auth row (item 8)
+and replicas on PostgreSQL (item 9); see bench/README.md.
 
 Starts the floor server and behest servers as child processes on 127.0.0.1:0, measures each
 item with clients in this process, prints a table of figures, targets, ratios and verdicts, and
@@ -33,7 +33,7 @@ from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
 
 RESULTS = ROOT / "bench" / "results"
-ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8")
+ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
 NAMES = {
     "1": "floors",
     "2": "one long run",
@@ -43,6 +43,7 @@ NAMES = {
     "6": "idle watchers",
     "7": "PostgreSQL (items 2-5)",
     "8": "bearer auth",
+    "9": "replicas on PostgreSQL",
 }
 # Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
 NEEDS_FLOORS = {"2", "3", "4", "7"}
@@ -90,10 +91,10 @@ class Suite:
         return float(value) if isinstance(value, int | float) else None
 
     async def item(
-        self, key: str, measure: Callable[[], Awaitable[dict[str, Any]]]
+        self, key: str, measure: Callable[[], Awaitable[dict[str, Any]]], name: str = ""
     ) -> dict[str, Any]:
         """Run one item under the item timeout; an exception is recorded, not raised."""
-        name = NAMES[key.split(".")[-1]]
+        name = name or NAMES[key.split(".")[-1]]
         print(f"item {key}: {name} …", file=sys.stderr, flush=True)
         began = time.perf_counter()
         try:
@@ -184,6 +185,8 @@ async def _on_server(
                     into.setdefault(key, {"name": NAMES[key], "store": store})["joined"] = result
                 else:
                     into[key] = {"name": NAMES[key], "store": store, **result}
+                if key == "4" and store == "postgresql":
+                    into[key]["over_sqlite"] = over_sqlite(suite, result)
                 if "error" not in result:
                     suite.rows += store_rows(suite, label, key, store, result, joined=joined)
                 server.check_alive()
@@ -237,7 +240,7 @@ def store_rows(
         ]
     if key == "4":
         ratio = _ratio(r["median_ms"], suite.floor("unary_rtt_median_ms"))
-        return [
+        rows = [
             Row(
                 label,
                 f"first event of CreateRunStream (echo), median, {store}",
@@ -248,6 +251,20 @@ def store_rows(
                 None if ratio is None else ratio <= 3,
             )
         ]
+        vs_sqlite = over_sqlite(suite, r) if store == "postgresql" else None
+        if vs_sqlite is not None:
+            rows.append(
+                Row(
+                    label,
+                    "first event, median: PostgreSQL / SQLite (item 4)",
+                    None,
+                    "",
+                    "≤ 1.5x SQLite",
+                    vs_sqlite,
+                    vs_sqlite <= 1.5,
+                )
+            )
+        return rows
     replay_rate, list_rate = r["events_per_s"], r["list_events_per_s"]
     return [
         Row(
@@ -273,6 +290,12 @@ def store_rows(
 
 def _ratio(value: float | None, floor: float | None) -> float | None:
     return None if not floor or value is None else value / floor
+
+
+def over_sqlite(suite: Suite, postgres: dict[str, Any]) -> float | None:
+    """Item 7.4's median time to first event over item 4's (SQLite), both of this run."""
+    sqlite = suite.results.get("4", {})
+    return _ratio(postgres.get("median_ms"), sqlite.get("median_ms"))
 
 
 async def run_idle_watchers(suite: Suite) -> None:
@@ -373,6 +396,119 @@ async def run_auth(suite: Suite) -> None:
     ]
 
 
+async def run_replicas(suite: Suite) -> None:
+    """Item 9: replicas on one fresh PostgreSQL database (9.1 watch latency, 9.2 failover)."""
+    if not suite.postgres_url:
+        reason = f"no PostgreSQL: set {' or '.join(POSTGRES_ENV)} to measure replicas on it"
+        suite.results["9"] = {"name": NAMES["9"], "skipped": reason}
+        suite.rows.append(Row("9", "replicas on PostgreSQL: skipped (no URL set)", None, ""))
+        print(f"item 9: {reason}", file=sys.stderr, flush=True)
+        return
+    s = suite.sizes
+    result: dict[str, Any] = {"name": NAMES["9"], "url": children.redact(suite.postgres_url)}
+    suite.results["9"] = result
+    try:
+        async with children.fresh_postgres_database(suite.postgres_url) as url:
+
+            async def watch() -> dict[str, Any]:
+                async with (
+                    children.replicas(2, url, PER_EVENT) as (a, b),
+                    items.channel(a.address) as a_channel,
+                    items.channel(b.address) as b_channel,
+                ):
+                    owner, other = rpc.RunServiceStub(a_channel), rpc.RunServiceStub(b_channel)
+                    await items.warm_up(owner)
+                    await items.warm_up(other)
+                    measured = await items.cross_replica_watch(
+                        owner, other, s.replica_runs, s.replica_events, s.replica_delay_ms
+                    )
+                    a.check_alive()
+                    b.check_alive()
+                    return measured
+
+            result["watch"] = await suite.item("9.1", watch, "replicas: cross-replica watch")
+            if "error" not in result["watch"]:
+                suite.rows += watch_rows(suite, result["watch"])
+
+            async def fail_over() -> dict[str, Any]:
+                lease = {"BEHEST_RUN_LEASE_S": f"{s.failover_lease_s:g}"}
+                body = items.failover_script(
+                    s.failover_steps, s.failover_step_deltas, s.failover_delay_ms
+                )
+                async with (
+                    children.replicas(3, url, {**PER_EVENT, **lease}) as (a, b, c),
+                    items.channel(a.address) as a_channel,
+                    items.channel(b.address) as b_channel,
+                ):
+                    creator, watcher = rpc.RunServiceStub(a_channel), rpc.RunServiceStub(b_channel)
+                    await items.warm_up(creator)
+                    await items.warm_up(watcher)
+                    measured = await items.failover(
+                        a,
+                        creator,
+                        watcher,
+                        [b.node, c.node],
+                        url,
+                        s.failover_runs,
+                        body,
+                        # Past the victim's first lease renewal (every third of the lease).
+                        settle_s=s.failover_lease_s / 2,
+                        wait_s=failover_script_s(s) + s.failover_lease_s + 30,
+                    )
+                    b.check_alive()
+                    c.check_alive()
+                    return {"lease_s": s.failover_lease_s, **measured}
+
+            result["failover"] = await suite.item("9.2", fail_over, "replicas: failover")
+            if "error" not in result["failover"]:
+                suite.rows += failover_rows(suite, result["failover"])
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        suite.error("9", NAMES["9"], result["error"])
+
+
+def failover_script_s(s: Sizes) -> float:
+    """About how long a failover run takes: its deltas, and each tool call's ~6 fragments."""
+    per_step = (s.failover_step_deltas + 6) * s.failover_delay_ms / 1000
+    return s.failover_steps * per_step
+
+
+def watch_rows(suite: Suite, r: dict[str, Any]) -> list[Row]:
+    s = suite.sizes
+    what = (
+        f"cross-replica watch, {s.replica_runs} runs x {s.replica_events} deltas "
+        f"{s.replica_delay_ms:g} ms apart ({r['events']:,} events): "
+        "behind the owner's own watchers"
+    )
+    p99 = r["lag_p99_ms"]
+    return [
+        Row("9.1", f"{what}, p50", r["lag_p50_ms"], "ms"),
+        Row("9.1", f"{what}, p99", p99, "ms", "≤ 50 ms", None, p99 <= 50),
+        Row("9.1", "cross-replica watch: errors", r["errors"], "", "0", None, r["errors"] == 0),
+    ]
+
+
+def failover_rows(suite: Suite, r: dict[str, Any]) -> list[Row]:
+    lease = r["lease_s"]
+    limit = lease + 5
+    target = f"≤ lease + 5 s ({limit:g} s)"
+    what = f"failover of {r['runs']} runs after kill -9 of their owner, lease {lease:g} s"
+    worst, median = r["failover_max_s"], r["failover_median_s"]
+    return [
+        Row("9.2", f"{what}: max", worst, "s", target, None, worst <= limit),
+        Row("9.2", f"{what}: median", median, "s", target, None, median <= limit),
+        Row(
+            "9.2",
+            "failover: errors (gaps, terminal events, owners)",
+            r["errors"],
+            "",
+            "0",
+            None,
+            r["errors"] == 0,
+        ),
+    ]
+
+
 async def run(suite: Suite) -> None:
     if suite.only & (NEEDS_FLOORS | {"1"}):
         await guarded(suite, {"1"}, run_floors(suite))
@@ -385,6 +521,8 @@ async def run(suite: Suite) -> None:
         await run_postgres(suite)
     if "8" in suite.only:
         await guarded(suite, {"8"}, run_auth(suite))
+    if "9" in suite.only:
+        await run_replicas(suite)
 
 
 async def guarded(suite: Suite, keys: set[str], step: Awaitable[None]) -> None:
@@ -404,7 +542,7 @@ async def guarded(suite: Suite, keys: set[str], step: Awaitable[None]) -> None:
 def format_value(value: float | None, unit: str) -> str:
     if value is None:
         return ""
-    if unit in ("ms", "MB"):
+    if unit in ("ms", "MB", "s"):
         text = f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
     else:
         text = f"{value:,.0f}"
@@ -470,7 +608,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         metavar="ITEM",
-        help="measure only these items (1-8; repeat or separate with commas); "
+        help="measure only these items (1-9; repeat or separate with commas); "
         "items 2, 3, 4 and 7 measure the floors too, for their ratios",
     )
     parser.add_argument(
@@ -479,7 +617,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--postgres-url",
         default=next((os.environ[k] for k in POSTGRES_ENV if os.environ.get(k)), ""),
-        help=f"PostgreSQL server for item 7 (default: ${' or $'.join(POSTGRES_ENV)})",
+        help=f"PostgreSQL server for items 7 and 9 (default: ${' or $'.join(POSTGRES_ENV)})",
     )
     args = parser.parse_args(argv)
     only = {part.strip() for value in args.only or [] for part in value.split(",") if part.strip()}

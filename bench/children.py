@@ -1,4 +1,4 @@
-"""The bench's child processes (a behest server, the floor server) and its PostgreSQL database.
+"""The bench's child processes (behest servers, the floor server) and its PostgreSQL database.
 
 Both servers listen on 127.0.0.1:0 and announce their port in a JSON log line on stderr; the
 rest of their stderr is drained (a full pipe would stall the server) and its tail kept for the
@@ -14,10 +14,11 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +38,25 @@ class ChildError(RuntimeError):
 class Child:
     """A server in a child process: its address, its stderr tail, its resident memory."""
 
-    def __init__(self, name: str, process: asyncio.subprocess.Process, port: int) -> None:
+    def __init__(
+        self, name: str, process: asyncio.subprocess.Process, serving: dict[str, Any]
+    ) -> None:
         self.name = name
         self.process = process
-        self.address = f"127.0.0.1:{port}"
+        self.address = f"127.0.0.1:{int(serving['port'])}"
+        # The "serving" log line: a behest server's has its node name.
+        self.serving = serving
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._drain: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    @property
+    def node(self) -> str:
+        """A behest server's node name (its runs' `owner`)."""
+        return str(self.serving.get("node", ""))
 
     def rss_bytes(self) -> int:
         """VmRSS of the child, from /proc/<pid>/status."""
@@ -70,8 +80,14 @@ class Child:
 
         self._drain = asyncio.create_task(drain())
 
+    async def kill(self) -> None:
+        """SIGKILL (kill -9), and wait for it to be gone."""
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
     async def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it does not exit in time."""
+        """SIGTERM, then SIGKILL if it does not exit in time (nothing if it has exited)."""
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -117,7 +133,7 @@ async def _start(name: str, args: list[str], env: dict[str, str], ready_msg: str
             process.kill()
             await process.wait()
         raise
-    child = Child(name, process, int(entry["port"]))
+    child = Child(name, process, entry)
     child.tail.extend(seen)
     child.start_draining(process.stderr)
     return child
@@ -136,8 +152,10 @@ def _json_line(line: bytes) -> dict[str, Any]:
 def behest_env(database_url: str = "") -> dict[str, str]:
     """The environment of a behest child: ours, plus JSON logs, no shutdown grace, the store."""
     env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0"}
-    # The SQLite items must run on SQLite whatever the caller's shell has set.
+    # The SQLite items must run on SQLite whatever the caller's shell has set; replicas
+    # (item 9) must each have a node name of their own.
     env.pop("BEHEST_DATABASE_URL", None)
+    env.pop("BEHEST_NODE_ID", None)
     if database_url:
         env["BEHEST_DATABASE_URL"] = database_url
     # The serving line is logged at INFO.
@@ -156,7 +174,11 @@ def server_settings_env() -> dict[str, str]:
 
 
 async def start_behest(
-    data_dir: Path, database_url: str = "", settings: dict[str, str] | None = None
+    data_dir: Path,
+    database_url: str = "",
+    settings: dict[str, str] | None = None,
+    *,
+    name: str = "behest server",
 ) -> Child:
     """`python -m behest serve` on 127.0.0.1:0 with its data in `data_dir`.
 
@@ -164,7 +186,37 @@ async def start_behest(
     """
     args = ["-m", "behest", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
     env = {**behest_env(database_url), **(settings or {})}
-    return await _start("behest server", args, env, "behest serving")
+    return await _start(name, args, env, "behest serving")
+
+
+@asynccontextmanager
+async def replicas(
+    count: int, database_url: str, settings: dict[str, str] | None = None
+) -> AsyncIterator[list[Child]]:
+    """`count` behest servers on one PostgreSQL database, started at once, each with a data
+    directory of its own; all stopped on the way out (SIGTERM, or nothing for one already
+    killed). Each takes a node name of its own (behest_env drops the caller's BEHEST_NODE_ID).
+    """
+    async with AsyncExitStack() as stack:
+        dirs = [
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="behest-bench-")))
+            for _ in range(count)
+        ]
+
+        async def one(i: int) -> Child:
+            child = await start_behest(
+                dirs[i], database_url, settings, name=f"behest replica {'ABCDEFGH'[i % 8]}"
+            )
+            return await stack.enter_async_context(running(child))
+
+        # A replica that fails to start cancels the others' starts (each kills its process);
+        # those already serving are stopped by the stack.
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i)) for i in range(count)]
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        yield [task.result() for task in tasks]
 
 
 def bearer_auth(token: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""The measurements of issue 6: the floors (item 1) and behest's items 2-6; item 8 (issue 12).
+"""The measurements of issue 6: the floors (item 1) and behest's items 2-6; item 8 (issue 12);
+item 9 (replicas on PostgreSQL).
 
 Every function takes open channels or stubs and its sizes, and returns plain figures; the
 targets, ratios and verdicts are applied in bench/__main__.py.
@@ -10,15 +11,19 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from behest.store.sql import tables as t
 from bench._floor import floor_pb2, floor_pb2_grpc
 from bench.children import Child
 from bench.sizes import Sizes
@@ -529,6 +534,276 @@ async def auth_overhead(
         "ratio": statistics.median(ratios),
         "samples": rates,
         "round_ratios": ratios,
+    }
+
+
+# --- Item 9: replicas on PostgreSQL --------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    """What one client saw of one stream of a run's events, and when (the monotonic clock)."""
+
+    at: dict[int, float] = field(default_factory=dict)
+    sequences: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def first_at(self) -> float | None:
+        return min(self.at.values()) if self.at else None
+
+    @property
+    def problem(self) -> str:
+        return self.error or log_problem(self.sequences, self.kinds)
+
+
+def log_problem(sequences: list[int], kinds: list[str]) -> str:
+    """'' if the sequences run 1..N with no gap or repeat and there is exactly one terminal
+    event, the last, run_completed; else what is wrong."""
+    expected = list(range(1, len(sequences) + 1))
+    if sequences != expected:
+        at = next(
+            i for i, (got, want) in enumerate(zip(sequences, expected, strict=True)) if got != want
+        )
+        before = sequences[at - 1] if at else 0
+        return f"sequence {sequences[at]} after {before}"
+    terminal = [kind for kind in kinds if kind in TERMINAL]
+    if terminal != ["run_completed"] or kinds[-1] != "run_completed":
+        return f"terminal events {terminal or 'none'}, last event {kinds[-1] if kinds else 'none'}"
+    return ""
+
+
+async def record(
+    call: Any, on_event: Callable[[pb.AgentEvent], None] | None = None, seen: Seen | None = None
+) -> Seen:
+    """Read a WatchRunEvents call to its end, noting in `seen` when each event arrived."""
+    seen = Seen() if seen is None else seen
+    try:
+        async for event in call:
+            arrived = now()
+            seen.at.setdefault(event.sequence, arrived)
+            seen.sequences.append(event.sequence)
+            seen.kinds.append(event.WhichOneof("event") or "")
+            if on_event is not None:
+                on_event(event)
+    except grpc.aio.AioRpcError as exc:
+        seen.error = f"{exc.code().name}: {exc.details()}"
+    return seen
+
+
+async def cross_replica_watch(
+    owner: rpc.RunServiceStub, other: rpc.RunServiceStub, runs: int, deltas: int, delay_ms: float
+) -> dict[str, Any]:
+    """Item 9, watch latency: `runs` runs, one after the other, created through `owner` (which
+    executes them) and each watched through both replicas at once; for every event both saw,
+    the lag = when `other`'s watcher got it - when the owner's did.
+
+    The watchers open just after CreateRun, so a run's first events may be in the store
+    before one of them subscribes and reach it as a replay: only the events the owner's
+    watcher saw after both had their first event are counted.
+    """
+    request = create_request(script(deltas, delay_ms), "script")
+    lags: list[float] = []
+    problems: list[str] = []
+    replayed = 0
+    for _ in range(runs):
+        run_id = (await owner.CreateRun(request)).run_id
+        watch = pb.WatchRunEventsRequest(run_id=run_id)
+        on_owner, on_other = await asyncio.gather(
+            record(owner.WatchRunEvents(watch)), record(other.WatchRunEvents(watch))
+        )
+        for side, seen in (("owner", on_owner), ("other replica", on_other)):
+            if seen.problem:
+                problems.append(f"{side}: {seen.problem} (run {run_id})")
+        if on_owner.first_at is None or on_other.first_at is None:
+            continue
+        both_open = max(on_owner.first_at, on_other.first_at)
+        for sequence, owner_at in on_owner.at.items():
+            other_at = on_other.at.get(sequence)
+            if other_at is None:
+                continue  # a problem, counted above
+            if owner_at > both_open:
+                lags.append((other_at - owner_at) * 1000)
+            else:
+                replayed += 1
+    if not lags:
+        raise RuntimeError(f"no event seen live through both replicas: {problems[:3]}")
+    return {
+        "runs": runs,
+        "deltas_each": deltas,
+        "delay_ms": delay_ms,
+        "events": len(lags),
+        "events_left_out": replayed,
+        "lag_p50_ms": percentile(lags, 50),
+        "lag_p90_ms": percentile(lags, 90),
+        "lag_p99_ms": percentile(lags, 99),
+        "lag_max_ms": max(lags),
+        "lag_min_ms": min(lags),
+        "errors": len(problems),
+        "error_examples": problems[:5],
+    }
+
+
+def failover_script(steps: int, deltas: int, delay_ms: float) -> str:
+    """A `script` run of `steps` model calls, each streaming `deltas` words `delay_ms` apart
+    and calling the calculator (other arguments each time: no doom loop), then an answer."""
+    calls = [
+        {
+            "deltas": deltas,
+            "delay_ms": delay_ms,
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} + {i}"}}],
+        }
+        for i in range(1, steps + 1)
+    ]
+    return json.dumps({"steps": [*calls, {"text": "finished", "delay_ms": delay_ms}]})
+
+
+@asynccontextmanager
+async def engine_on(url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@dataclass(frozen=True)
+class RunRow:
+    owner: str | None
+    generation: int
+    status: int
+
+
+async def run_rows(engine: AsyncEngine, run_ids: Iterable[str]) -> dict[str, RunRow]:
+    """The runs' owners (node names), lease generations and statuses, read from the store."""
+    r = t.runs.c
+    query = sa.select(r.id, r.owner, r.lease_generation, r.status).where(r.id.in_(list(run_ids)))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return {row.id: RunRow(row.owner, int(row.lease_generation), int(row.status)) for row in rows}
+
+
+async def stored_events(engine: AsyncEngine, run_id: str) -> list[tuple[int, str, int]]:
+    """(sequence, kind, generation) of each stored event of the run, in sequence order."""
+    e = t.events.c
+    query = (
+        sa.select(e.sequence, e.kind, e.generation).where(e.run_id == run_id).order_by(e.sequence)
+    )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [(int(row.sequence), str(row.kind), int(row.generation)) for row in rows]
+
+
+# Terminal statuses of the runs table (common.proto's RunStatus).
+ENDED = frozenset(
+    {int(c.RUN_STATUS_COMPLETED), int(c.RUN_STATUS_FAILED), int(c.RUN_STATUS_CANCELLED)}
+)
+
+
+async def failover(
+    victim: Child,
+    creator: rpc.RunServiceStub,
+    watcher: rpc.RunServiceStub,
+    survivors: list[str],
+    database_url: str,
+    runs: int,
+    body: str,
+    settle_s: float,
+    wait_s: float,
+) -> dict[str, Any]:
+    """Item 9, failover: `runs` long runs created through `victim` (so it owns them, which
+    the store's `runs.owner` must confirm), each watched through `watcher` (another replica)
+    from its start; `settle_s` after every run is streaming text (long enough for the victim
+    to renew its leases), `victim` gets SIGKILL.
+
+    A run's failover time = from the kill to when `watcher` delivered the run's first event
+    written by its new owner (the first stored event of a later lease generation than the
+    run had at the kill). Errors: a watched or stored log that is not gapless from 1 to
+    exactly one terminal event (run_completed), the two differing, a run ending unowned by
+    a survivor. `wait_s` bounds the wait for the runs' ends after the kill.
+    """
+    request = create_request(body, "script")
+    created = await asyncio.gather(*(creator.CreateRun(request) for _ in range(runs)))
+    run_ids = [reply.run_id for reply in created]
+    streaming = {run_id: asyncio.Event() for run_id in run_ids}
+
+    def mark(event: pb.AgentEvent) -> None:
+        if event.WhichOneof("event") == "text_delta":
+            streaming[event.run_id].set()
+
+    calls = [watcher.WatchRunEvents(pb.WatchRunEventsRequest(run_id=r)) for r in run_ids]
+    seen = [Seen() for _ in run_ids]
+    tasks = [
+        asyncio.create_task(record(call, mark, s)) for call, s in zip(calls, seen, strict=True)
+    ]
+    try:
+        async with engine_on(database_url) as engine:
+            try:
+                async with asyncio.timeout(30):
+                    await asyncio.gather(*(e.wait() for e in streaming.values()))
+            except TimeoutError:
+                raise RuntimeError("the runs did not all stream text within 30 s") from None
+            await asyncio.sleep(settle_s)
+            before = await run_rows(engine, run_ids)
+            owners = {row.owner for row in before.values()}
+            if owners != {victim.node}:
+                raise RuntimeError(
+                    f"runs owned by {owners}, not only by their creator {victim.node}"
+                )
+            if any(row.status in ENDED for row in before.values()):
+                raise RuntimeError("a run ended before the kill: make the failover script longer")
+            killed_at = now()
+            await victim.kill()
+            seen_at_kill = [len(s.sequences) for s in seen]
+            try:
+                async with asyncio.timeout(wait_s):
+                    await asyncio.gather(*tasks)
+            except TimeoutError:
+                rows = await run_rows(engine, run_ids)
+                raise RuntimeError(
+                    f"not every run ended within {wait_s:.0f} s of the kill: "
+                    f"{sum(row.status in ENDED for row in rows.values())} of {runs} did"
+                ) from None
+            after = await run_rows(engine, run_ids)
+            stored = {run_id: await stored_events(engine, run_id) for run_id in run_ids}
+    finally:
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    failover_s: list[float] = []
+    problems: list[str] = []
+    for run_id, watched in zip(run_ids, seen, strict=True):
+        log = stored[run_id]
+        new = [sequence for sequence, _, gen in log if gen > before[run_id].generation]
+        if watched.problem:
+            problems.append(f"watched: {watched.problem} (run {run_id})")
+        if stored_problem := log_problem([s for s, _, _ in log], [k for _, k, _ in log]):
+            problems.append(f"stored: {stored_problem} (run {run_id})")
+        if [s for s, _, _ in log] != watched.sequences:
+            problems.append(
+                f"watched {len(watched.sequences)} events, stored {len(log)} (run {run_id})"
+            )
+        if after[run_id].owner not in survivors:
+            problems.append(f"ended owned by {after[run_id].owner} (run {run_id})")
+        if not new or new[0] not in watched.at:
+            problems.append(f"no event of a new owner seen (run {run_id})")
+            continue
+        failover_s.append(watched.at[new[0]] - killed_at)
+    if not failover_s:
+        raise RuntimeError(f"no run was taken over: {problems[:3]}")
+    adopters = [after[run_id].owner for run_id in run_ids]
+    return {
+        "runs": runs,
+        "failover_max_s": max(failover_s),
+        "failover_median_s": statistics.median(failover_s),
+        "failover_min_s": min(failover_s),
+        "samples": failover_s,
+        "events_seen_before_kill": seen_at_kill,
+        "events_each": [len(s.sequences) for s in seen],
+        "adopted_by": {node: adopters.count(node) for node in survivors},
+        "errors": len(problems),
+        "error_examples": problems[:5],
     }
 
 

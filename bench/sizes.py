@@ -33,6 +33,18 @@ class Sizes:
     auth_runs: int
     auth_concurrency: int
     auth_repeats: int
+    # Item 9: replicas on PostgreSQL. Watch latency: runs one after the other, each of
+    # replica_events deltas replica_delay_ms apart. Failover: failover_runs runs of
+    # failover_steps model calls (each failover_step_deltas deltas, failover_delay_ms apart,
+    # then a calculator call), on replicas whose run lease is failover_lease_s.
+    replica_runs: int
+    replica_events: int
+    replica_delay_ms: float
+    failover_runs: int
+    failover_steps: int
+    failover_step_deltas: int
+    failover_delay_ms: float
+    failover_lease_s: float
     item_timeout_s: float
 
 
@@ -58,6 +70,14 @@ FULL = Sizes(
     auth_runs=1_000,
     auth_concurrency=20,
     auth_repeats=5,
+    replica_runs=5,
+    replica_events=200,
+    replica_delay_ms=10,
+    failover_runs=6,
+    failover_steps=6,
+    failover_step_deltas=30,
+    failover_delay_ms=100,  # 6 x 30 x 100 ms: 18 s of deltas a run
+    failover_lease_s=3.0,
     item_timeout_s=240.0,
 )
 QUICK = Sizes(
@@ -82,5 +102,13 @@ QUICK = Sizes(
     auth_runs=40,
     auth_concurrency=10,
     auth_repeats=2,
+    replica_runs=2,
+    replica_events=50,
+    replica_delay_ms=10,
+    failover_runs=3,
+    failover_steps=4,
+    failover_step_deltas=15,
+    failover_delay_ms=100,  # 6 s a run
+    failover_lease_s=2.0,
     item_timeout_s=60.0,
 )

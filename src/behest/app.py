@@ -51,7 +51,7 @@ class App:
         self.node = this_process(settings.node_id)
         self.telemetry = telemetry.Telemetry.from_settings(settings, instance=self.node.name)
         url = settings.effective_database_url
-        self.store = SqlStore(url, node=self.node.name)
+        self.store = SqlStore(url, node=self.node.name, lease_s=settings.run_lease_s)
         self.database_lock = sqlite_lock(url)
         self.tools = ToolRegistry(
             builtin_tools(read_file_root=settings.read_file_root),

@@ -1,9 +1,10 @@
 """`python -m bench --quick` runs end to end and its JSON has every item (issues 6 and 12).
 
 The figures of a quick run mean nothing (tiny sizes, and CI machines are noisy), so only the
-shape is checked: every item measured, or item 7 recorded as skipped when no PostgreSQL URL is
-set, and no errors in the many-runs item. The bench starts its own child processes (a behest
-server, the floor server); pytest runs tests one at a time, so nothing heavy runs beside it.
+shape is checked: every item measured, or items 7 and 9 recorded as skipped when no PostgreSQL
+URL is set, and no errors in the many-runs item. The bench starts its own child processes
+(behest servers, the floor server); pytest runs tests one at a time, so nothing heavy runs
+beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8"}
+ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9"}
 POSTGRES = any(os.environ.get(k) for k in ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL"))
 
 
@@ -64,8 +65,12 @@ def test_quick_bench_writes_every_item(tmp_path: Path) -> None:
             assert item["store"] == "postgresql", key
             assert "error" not in item, (key, item)
         assert found["7"]["items"]["3"]["errors"] == 0
+        assert "error" not in found["9"], found["9"]
+        assert found["9"]["watch"]["errors"] == 0, found["9"]["watch"]
+        assert found["9"]["failover"]["errors"] == 0, found["9"]["failover"]
     else:
         assert "skipped" in found["7"]
+        assert "skipped" in found["9"]
     # Every measured item has its row in the table.
     assert {row["item"].split(".")[0] for row in report["table"]} == ITEMS
     assert "item  measure" in done.stdout

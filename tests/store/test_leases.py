@@ -223,3 +223,28 @@ async def test_a_lapsed_node_name_is_taken_by_the_next_process(store: SqlStore) 
     with pytest.raises(FailedPrecondition):
         await store.register_node(gone, now=at(), until=at(60))
     await store.unregister_node(after)
+
+
+async def test_a_claim_does_not_wait_long_for_a_stalled_writers_lock(postgres_url: str) -> None:
+    # PostgreSQL only (SQLite's writers are serialised: no row locks to wait for). A writer
+    # frozen inside a step's transaction holds its runs' rows (FOR SHARE): claims give up
+    # after a moment (tried again at the next round) instead of waiting it out.
+    store, other = SqlStore(postgres_url), SqlStore(postgres_url)
+    await store.start()
+    await other.start()
+    try:
+        run = await create(store, owner="frozen", lease_until=at(-1))
+        async with store.engines.reader.connect() as conn:
+            stalled = await conn.execution_options(isolation_level="READ COMMITTED")
+            async with stalled.begin():
+                lock = sa.select(t.runs.c.id).where(t.runs.c.id == run.id)
+                await stalled.execute(lock.with_for_update(read=True))
+                async with asyncio.timeout(5):
+                    taken = await other.claim_run(
+                        run.id, owner="next", now=at(), lease_until=at(60)
+                    )
+                assert taken == 0
+        assert await other.claim_run(run.id, owner="next", now=at(), lease_until=at(60)) == 2
+    finally:
+        await other.close()
+        await store.close()

@@ -24,7 +24,6 @@ import os
 import random
 import secrets
 import socket
-import time
 from collections.abc import Awaitable, Callable, Container, Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -79,7 +78,7 @@ class Leases:
         self.node = node.name
         self.sole_writer = sole_writer
         self._lease_s = lease_s
-        self._keeper: asyncio.Task[None] | None = None
+        self._keepers: list[asyncio.Task[None]] = []
         self._registered = False
         self.rounds = 0
         self._round_done = asyncio.Event()
@@ -128,18 +127,21 @@ class Leases:
         return candidates[: max(0, min(share, room))]
 
     def start(self, adopt: Adopt | None, running: Running, renewed: Renewed) -> None:
-        """Keep leases from now on; `adopt` (if any) runs after each round, `renewed` after
-        each renewal, with what `running` said before it."""
-        if self._keeper is None:
-            self._keeper = asyncio.create_task(
-                self._keep(adopt, running, renewed), name="run-leases"
-            )
+        """Keep leases from now on; `renewed` runs after each renewal, with what `running`
+        said before it; `adopt` (if any) every ADOPT_EVERY_S at most. Apart: an adoption held
+        up (a claim waiting on a stalled writer's lock) never holds up the renewals."""
+        if not self._keepers:
+            self._keepers = [
+                asyncio.create_task(self._renewing(running, renewed), name="run-leases"),
+            ]
+            if adopt is not None:
+                self._keepers.append(asyncio.create_task(self._adopting(adopt), name="adoption"))
 
     async def stop(self) -> None:
-        if self._keeper is not None:
-            keeper, self._keeper = self._keeper, None
+        keepers, self._keepers = self._keepers, []
+        for keeper in keepers:
             keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
+        await asyncio.gather(*keepers, return_exceptions=True)
 
     async def leave(self) -> None:
         """Let go of this node's runs and its name (a stop): others take them up at once.
@@ -157,26 +159,31 @@ class Leases:
             log.info("let go of %d unfinished runs for other nodes to take up", released)
 
     async def next_round(self) -> int:
-        """Wait until the next round of renewal (and adoption) is done; its number."""
+        """Wait until the next round of adoption (or, without one, renewal) is done; its
+        number."""
         self._round_done.clear()
         await self._round_done.wait()
         return self.rounds
 
-    async def _keep(self, adopt: Adopt | None, running: Running, renewed: Renewed) -> None:
-        renew_every = self._lease_s / 3
-        renew_at = time.monotonic() + renew_every
+    def _round(self) -> None:
+        self.rounds += 1
+        self._round_done.set()
+
+    async def _renewing(self, running: Running, renewed: Renewed) -> None:
         while True:
-            await asyncio.sleep(min(renew_every, ADOPT_EVERY_S, renew_at - time.monotonic()))
+            await asyncio.sleep(self._lease_s / 3)
+            await self._renew(running, renewed)
+            if len(self._keepers) == 1:
+                self._round()
+
+    async def _adopting(self, adopt: Adopt) -> None:
+        while True:
+            await asyncio.sleep(min(self._lease_s / 3, ADOPT_EVERY_S))
             try:
-                if time.monotonic() >= renew_at - 0.001:
-                    renew_at = time.monotonic() + renew_every
-                    await self._renew(running, renewed)
-                if adopt is not None:
-                    await adopt()
+                await adopt()
             except Exception:
                 log.exception("adopting runs failed; retrying")
-            self.rounds += 1
-            self._round_done.set()
+            self._round()
 
     async def _renew(self, running: Running, renewed: Renewed) -> None:
         outcome = self._renewed

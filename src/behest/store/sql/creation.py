@@ -2,7 +2,8 @@
 
 There is one way to create a run: a NewRun in `SqlStore.apply_batch`, committed with its
 first step. A creation that cannot be refused (a new session, no key) is only rows, which the
-batch inserts with its other creations (`fresh_rows`); any other is checked in a savepoint of
+batch inserts with its other creations (`fresh_rows`) — on PostgreSQL, a batch of nothing else
+as one statement, one round trip (`fresh_statement`); any other is checked in a savepoint of
 its own (`create_checked`), so that a refusal fails it alone.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,9 +21,18 @@ from sqlalchemy.exc import IntegrityError
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunStatus
 from behest.domain.spend import FailureCode
 from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
-from behest.store.base import BatchResult, NewRun, Write
-from behest.store.sql import rows
+from behest.store.base import (
+    AppendEvent,
+    AppendMessage,
+    BatchResult,
+    Fence,
+    NewRun,
+    PutSnapshot,
+    Write,
+)
+from behest.store.sql import channel, rows
 from behest.store.sql import tables as t
+from behest.store.sql.single_statement import OneStatement, one_statement
 from behest.store.sql.writes import apply_writes
 
 INSERT_SESSIONS = sa.insert(t.sessions)
@@ -66,6 +77,55 @@ def fresh_rows(new: NewRun) -> tuple[dict[str, Any], dict[str, Any], CreatedRun,
     run = run_row(new, session["id"])
     created = CreatedRun(rows.run_from_values(run), created=True)
     return session, run, created, new.first_step(created.run, 0)
+
+
+def is_fresh(item: list[Write] | NewRun) -> bool:
+    """A creation that cannot be refused: a new session, no key."""
+    return (
+        isinstance(item, NewRun)
+        and not item.request.session_id
+        and not item.request.client_request_id
+    )
+
+
+def fresh_statement(
+    items: Sequence[list[Write] | NewRun], node: str
+) -> tuple[OneStatement, list[BatchResult]] | None:
+    """Fresh creations (and their first steps) as one PostgreSQL statement, with their
+    outcomes; None if a first step writes what the statement does not carry."""
+    sessions, runs, messages, events = [], [], [], []
+    snapshots: dict[str, dict[str, Any]] = {}
+    last: dict[str, int] = {}
+    results: list[BatchResult] = []
+    for item in items:
+        assert isinstance(item, NewRun)
+        session, run, created, writes = fresh_rows(item)
+        sessions.append(session)
+        runs.append(run)
+        generation = run["lease_generation"]
+        for write in writes:
+            match write:
+                case Fence():
+                    pass  # the creator's own claim: the event rows carry its generation
+                case AppendEvent(event):
+                    events.append(rows.event_to_row(event, generation))
+                    last[event.run_id] = max(last.get(event.run_id, 0), event.sequence)
+                case AppendMessage(message):
+                    messages.append(rows.message_to_row(message))
+                case PutSnapshot(snapshot):
+                    snapshots[snapshot.run_id] = rows.snapshot_to_row(snapshot)
+                case _:
+                    return None
+        results.append((created, writes))
+    notify = []
+    if node and last:
+        notify = [(channel.EVENTS, payload) for payload in channel.events_payloads(node, last)]
+    statement = one_statement(
+        [(t.sessions, sessions), (t.runs, runs), (t.messages, messages), (t.events, events)],
+        [(t.snapshots, "run_id", list(snapshots.values()))],
+        notify,
+    )
+    return statement, results
 
 
 def _create(conn: Connection, new: NewRun) -> CreatedRun:

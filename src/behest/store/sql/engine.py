@@ -1,38 +1,58 @@
 """Engines per backend, and the writer every write transaction goes through.
 
 SQLite: one write connection (WAL, BEGIN IMMEDIATE) on a thread of its own, running a whole
-transaction per hop to it; reads on aiosqlite. PostgreSQL: one asyncpg engine for both.
+transaction per hop to it; reads on aiosqlite. PostgreSQL: one asyncpg engine for both,
+whose connections are checked for liveness without a round trip (`_discard_closed`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Executable, Row, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from behest.errors import describe
+
+log = logging.getLogger(__name__)
 
 # Tries at switching a new SQLite file to WAL while other connections do (see _enable_wal).
 WAL_ATTEMPTS = 20
 P = ParamSpec("P")
 R = TypeVar("R")
 WriteFn = Callable[Concatenate[Connection, P], R]
+# A pooled PostgreSQL connection older than this is replaced at checkout (create_engines):
+# under the idle timeouts of NATs and load balancers (Azure's 4 minutes the shortest).
+POOL_RECYCLE_S = 200
+# Runs of a write transaction whose connection is found dead before its COMMIT (AsyncWriter).
+LOST_BEFORE_COMMIT_TRIES = 2
 
 
 class Writer(Protocol):
     async def write(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run `fn(connection, …)` in one write transaction; commit if it returns."""
+        """Run `fn(connection, …)` in one write transaction; commit if it returns. `fn` may
+        be run twice (AsyncWriter: its connection died before COMMIT), so it keeps nothing
+        from one run to the next."""
         ...
 
     async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`write` for a transaction of a few rows, where a hop to a thread costs the most."""
+        ...
+
+    async def execute_once(
+        self, statement: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        """Run one statement as a transaction of its own, and return its rows."""
         ...
 
     async def dispose(self) -> None: ...
@@ -69,6 +89,14 @@ class ThreadWriter:
     async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         return self._transaction(fn, args, kwargs)
 
+    async def execute_once(
+        self, statement: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        """A transaction of one statement (on SQLite BEGIN and COMMIT cost no round trip).
+        The statements of single_statement.py are PostgreSQL's only: SQLite has no
+        data-modifying CTEs."""
+        return await self.write(_execute, statement, params)
+
     def _transaction(self, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
         with self._engine.begin() as conn:
             return fn(conn, *args, **kwargs)
@@ -79,25 +107,84 @@ class ThreadWriter:
 
 
 class AsyncWriter:
-    """PostgreSQL's writer: the sync write code runs on an asyncpg connection."""
+    """PostgreSQL's writer: the sync write code runs on an asyncpg connection.
+
+    Each statement of a transaction is a round trip, and so are BEGIN and COMMIT.
+    `execute_once` runs a statement on an AUTOCOMMIT connection instead, where PostgreSQL
+    makes the statement its own transaction: one round trip in all (once the connection has
+    prepared its text), e.g. a whole creation built by single_statement.py.
+
+    A transaction whose connection turns out to be dead before its COMMIT was sent (the
+    server ended it just before or after checkout: `_discard_closed` cannot see that yet)
+    is run once more on a new connection, as pool_pre_ping used to spare it: nothing of it
+    can have committed. A connection lost at COMMIT, or during `execute_once`, may have
+    committed: that error is raised, for the caller to find out (EventLog._landed).
+    """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        # Shares the engine's pool; asyncpg's adapter switches a connection to autocommit
+        # and back without a round trip (it only stops sending BEGIN, then sends it again
+        # naming the server's default isolation level, which SQLAlchemy read at connect).
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def write(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        async with self._engine.begin() as conn:
-            return await conn.run_sync(fn, *args, **kwargs)
+        for attempt in range(1, LOST_BEFORE_COMMIT_TRIES + 1):
+            try:
+                async with self._engine.begin() as conn:
+                    try:
+                        return await conn.run_sync(fn, *args, **kwargs)
+                    except DBAPIError as exc:
+                        # The COMMIT is sent only when the block ends: not yet.
+                        if exc.connection_invalidated and attempt < LOST_BEFORE_COMMIT_TRIES:
+                            raise _LostBeforeCommit(exc) from exc
+                        raise
+            except _LostBeforeCommit as lost:
+                log.warning(
+                    "a write's connection was lost before COMMIT (%s); trying again on a new one",
+                    describe(lost.error.orig or lost.error),  # the driver's words, no SQL
+                )
+        raise AssertionError("unreachable")
 
     async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         return await self.write(fn, *args, **kwargs)
 
+    async def execute_once(
+        self, statement: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        async with self._autocommit.connect() as conn:
+            result = await conn.execute(statement, params)
+            return result.all() if result.returns_rows else []
+
     async def dispose(self) -> None:
-        """The engine is the reader's too; Engines disposes of it."""
+        """The engine's pool is the reader's too; Engines disposes of it."""
+
+
+class _LostBeforeCommit(Exception):
+    """A write transaction's connection died before its COMMIT: it can be run again."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _execute(
+    conn: Connection, statement: Executable, params: Mapping[str, Any] | None
+) -> Sequence[Row[Any]]:
+    result = conn.execute(statement, params)
+    return result.all() if result.returns_rows else []
 
 
 @dataclass(frozen=True, slots=True)
 class Engines:
-    """`writer` runs write transactions, `reader` serves reads."""
+    """`writer` runs write transactions, `reader` serves reads.
+
+    On PostgreSQL the reader is AUTOCOMMIT: each read statement is its own transaction, which
+    spares the BEGIN and ROLLBACK round trips around every read. Under READ COMMITTED each
+    statement of a transaction takes its own snapshot anyway, so a read of several
+    statements sees what it saw before; whatever needs a transaction (locks, FOR UPDATE, a
+    server-side cursor) goes through the writer.
+    """
 
     writer: Writer
     reader: AsyncEngine
@@ -107,18 +194,58 @@ class Engines:
         await self.reader.dispose()
 
 
-def create_engines(url: str) -> Engines:
-    """Build the engines for a database URL (sqlite+aiosqlite or postgresql+asyncpg)."""
+def create_engines(url: str, *, idle_in_transaction_s: float = 0.0) -> Engines:
+    """Build the engines for a database URL (sqlite+aiosqlite or postgresql+asyncpg).
+
+    `idle_in_transaction_s` (PostgreSQL; 0: the server's setting): a session that sits this
+    long inside a transaction is ended by the server. A process frozen mid-write (a stall, a
+    SIGSTOP, a partition) would otherwise hold the row locks of its transaction — and with
+    them every other replica's claims and renewals of those runs — for as long as it is
+    frozen; behest's own transactions never wait between statements on purpose."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        engine = create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
-        return Engines(writer=AsyncWriter(engine), reader=engine)
+        # No pool_pre_ping: on asyncpg it is BEGIN, SELECT, ROLLBACK, three round trips
+        # before every checkout, more than a run's creation costs otherwise. What it caught
+        # is caught for free or later: a connection the server closed (a restart, a
+        # failover, pg_terminate_backend, idle_session_timeout) is closed on asyncpg's side
+        # as soon as the event loop reads its end, and `_discard_closed` replaces it at
+        # checkout. One found dead only in use (its end not read yet) is invalidated by
+        # SQLAlchemy (is_disconnect, which also renews the rest of the pool); the writer
+        # then runs its transaction again (AsyncWriter), and a read fails once, as one
+        # would after a successful ping. Connections whose peer vanished silently (a NAT's
+        # or load balancer's idle timeout, 4 minutes and up) give no sign, and a ping would
+        # hang on them too: pool_recycle replaces connections before they are that old.
+        settings = {}
+        if idle_in_transaction_s > 0:
+            ms = max(1, round(idle_in_transaction_s * 1000))
+            settings["idle_in_transaction_session_timeout"] = str(ms)
+        engine = create_async_engine(
+            url,
+            pool_size=10,
+            max_overflow=20,
+            pool_recycle=POOL_RECYCLE_S,
+            connect_args={"server_settings": settings},
+        )
+        _discard_closed(engine.sync_engine)
+        reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        return Engines(writer=AsyncWriter(engine), reader=reader)
     if parsed.database:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     reader = create_async_engine(url, pool_size=8, max_overflow=8)
     _configure_sqlite(reader.sync_engine, begin="BEGIN")
     sync_url = parsed.set(drivername="sqlite").render_as_string(hide_password=False)
     return Engines(writer=ThreadWriter(sync_url), reader=reader)
+
+
+def _discard_closed(engine: Engine) -> None:
+    """Replace, at checkout, a pooled asyncpg connection that is already closed."""
+
+    @event.listens_for(engine, "checkout")
+    def on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        # is_closed() of the asyncpg connection is what the dialect's is_disconnect asks
+        # too. The pool then connects anew (and gives up after two tries).
+        if dbapi_connection.driver_connection.is_closed():
+            raise DisconnectionError("the pooled connection was closed by the server")
 
 
 def _configure_sqlite(engine: Engine, *, begin: str) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from behest.domain.runs import Cancel, RunStatus
 from behest.errors import FailedPrecondition
@@ -25,6 +26,10 @@ TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
 _runs = t.runs.c
 _nodes = t.nodes.c
 
+# PostgreSQL's lock_not_available: a claim's lock_timeout ran out.
+LOCK_NOT_AVAILABLE = "55P03"
+CLAIM_LOCK_TIMEOUT_MS = 500
+_CLAIM_LOCK_TIMEOUT = sa.text(f"SET LOCAL lock_timeout = {CLAIM_LOCK_TIMEOUT_MS}")
 _RENEW = (
     sa.update(t.runs)
     .where(_runs.owner == sa.bindparam("b_owner"), _runs.status.not_in(TERMINAL))
@@ -74,7 +79,19 @@ def claim(
         )
         .returning(_runs.lease_generation)
     )
-    generation = conn.execute(statement).scalar()
+    if conn.dialect.name == "postgresql":
+        # A run whose row another transaction locks (its owner writing a step) is not
+        # waited for long: its claim is tried again at the next round.
+        conn.execute(_CLAIM_LOCK_TIMEOUT)
+        try:
+            with conn.begin_nested():
+                generation = conn.execute(statement).scalar()
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            return 0
+    else:
+        generation = conn.execute(statement).scalar()
     return 0 if generation is None else int(generation)
 
 

@@ -12,6 +12,8 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
@@ -38,9 +40,12 @@ from behest.store.sql.creation import (
     INSERT_SESSIONS,
     create_checked,
     fresh_rows,
+    fresh_statement,
     get_run,
+    is_fresh,
 )
 from behest.store.sql.engine import Engines, create_engines
+from behest.store.sql.single_statement import OneStatement
 from behest.store.sql.writes import TERMINAL, apply_writes, upsert
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -72,11 +77,15 @@ _EVENT_COLUMNS = (
 class SqlStore:
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
-    def __init__(self, url: str, *, node: str = "") -> None:
+    def __init__(self, url: str, *, node: str = "", lease_s: float = 0.0) -> None:
         """`node`: this process's node name, which its notifications carry (PostgreSQL; none
-        are sent without one)."""
+        are sent without one). `lease_s`: how long run leases last; a transaction of this
+        process that stalls for a third of it is ended by PostgreSQL, so that its locks do
+        not hold up other replicas (engine.create_engines)."""
         self._url = url
         self._node = node
+        self._idle_in_transaction_s = max(0.5, lease_s / 3) if lease_s else 0.0
+        self._postgres = make_url(url).get_backend_name() == "postgresql"
         self._engines: Engines | None = None
 
     @property
@@ -86,7 +95,9 @@ class SqlStore:
 
     async def start(self) -> None:
         if self._engines is None:
-            self._engines = create_engines(self._url)
+            self._engines = create_engines(
+                self._url, idle_in_transaction_s=self._idle_in_transaction_s
+            )
             await self.engines.writer.write(_upgrade)
 
     async def close(self) -> None:
@@ -266,10 +277,33 @@ class SqlStore:
         await self.engines.writer.write(apply_writes, writes)
 
     async def apply_batch(self, items: Sequence[list[Write] | NewRun]) -> list[BatchResult]:
+        if self._postgres and items and all(is_fresh(item) for item in items):
+            prepared = fresh_statement(items, self._node)
+            if prepared is not None:  # creations only: one round trip
+                return await self._create_fresh(*prepared)
         rows = sum(CREATION_ROWS if isinstance(item, NewRun) else len(item) for item in items)
         if rows <= SMALL_BATCH_ROWS:
             return await self.engines.writer.write_small(_apply_batch, items, self._node)
         return await self.engines.writer.write(_apply_batch, items, self._node)
+
+    async def _create_fresh(
+        self, one: OneStatement, results: list[BatchResult]
+    ) -> list[BatchResult]:
+        """Run fresh creations' one statement. Its connection found dead (the server ended it
+        just before: the pool cannot tell) leaves it committed whole or not at all: its first
+        run says which, and one that did not commit is run once more on a new connection."""
+        for attempt in (1, 2):
+            try:
+                await self.engines.writer.execute_once(one.statement, one.params)
+                return results
+            except DBAPIError as exc:
+                if not exc.connection_invalidated or attempt == 2:
+                    raise
+                first = results[0]
+                assert isinstance(first, tuple)
+                if await self.get_run(first[0].run.id) is not None:
+                    return results
+        raise AssertionError("unreachable")
 
     # --- reads --------------------------------------------------------------------------
 
@@ -397,7 +431,7 @@ def _apply_batch(
                 continue
             results.append(None)
             plain.extend(item)
-        elif item.request.session_id or item.request.client_request_id:
+        elif not is_fresh(item):
             results.append(create_checked(conn, item))
         else:
             # A new session and no key: nothing to check, so insert with the others.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 from datetime import datetime
 from typing import Any
@@ -93,7 +94,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     """Apply the writes of one or more steps (their Fences were checked by the caller: each
     only labels its run's events with the generation that wrote them)."""
     events: list[Event] = []
-    generations: dict[str, int] = {}
+    generations: dict[str, int] = collections.defaultdict(int)  # by the steps' Fences
     messages: list[dict[str, Any]] = []
     run_updates: dict[str, UpdateRun] = {}
     snapshots: dict[str, Snapshot | None] = {}
@@ -127,11 +128,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
             case ExpireCalls():
                 expiries.extend((write.run_id, call_id) for call_id in write.call_ids)
     _execute(conn, _INSERT_MESSAGES, messages)
-    _execute(
-        conn,
-        _INSERT_EVENTS,
-        [rows.event_to_row(e, generations.get(e.run_id, 0)) for e in events],
-    )
+    _execute(conn, _INSERT_EVENTS, [rows.event_to_row(e, generations[e.run_id]) for e in events])
     for clear in clears:  # one by one, in order: a later prune of a session wins
         conn.execute(_CLEAR_TOOL_RESULTS, clear)
     _execute(conn, _INSERT_PENDING_CALLS, calls)
