@@ -150,7 +150,9 @@ async def server_process(
                 port = entry["port"]
                 if serving is not None:
                     serving.update(entry)
-    drain = asyncio.create_task(process.stderr.read())
+    drain = asyncio.create_task(
+        _keep_lines(process.stderr, SERVER_LOGS.setdefault(process.pid, []))
+    )
     try:
         yield process, f"127.0.0.1:{port}"
     finally:
@@ -158,6 +160,16 @@ async def server_process(
             process.kill()
         await process.wait()
         drain.cancel()
+
+
+# The stderr lines of each `server_process` child, by pid: a test that fails can show them.
+SERVER_LOGS: dict[int, list[str]] = {}
+
+
+async def _keep_lines(stream: asyncio.StreamReader, lines: list[str]) -> None:
+    async for line in stream:
+        lines.append(line.decode(errors="replace").rstrip())
+        del lines[:-200]
 
 
 def sqlite_at_revision(path: Path, revision: str) -> None:

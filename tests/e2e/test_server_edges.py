@@ -15,6 +15,7 @@ from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from tests.support import (
+    SERVER_LOGS,
     Server,
     collect,
     create_request,
@@ -93,8 +94,12 @@ async def test_sigterm_leaves_runs_resumable_and_the_next_start_finishes_them(
                 if kind(event) == "text_delta":
                     break
             process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(15):
-                assert await process.wait() == os.EX_OK
+            try:
+                async with asyncio.timeout(15):
+                    assert await process.wait() == os.EX_OK
+            except TimeoutError:
+                log = "\n".join(SERVER_LOGS.get(process.pid, []))
+                raise AssertionError(f"not stopped within 15 s after SIGTERM:\n{log}") from None
     async with server_process(tmp_path) as (_, address):
         async with grpc.aio.insecure_channel(address) as channel:
             stub = rpc.RunServiceStub(channel)

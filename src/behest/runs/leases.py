@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 # Lapsed runs are looked for this often at most (and at every renewal): a node that died is
 # replaced within its lease and this.
 ADOPT_EVERY_S = 2.0
+# How long a stop waits for a round of renewal or adoption in progress.
+STOP_WAIT_S = 5.0
 
 Adopt = Callable[[], Awaitable[None]]
 # The runs this process executes under a claim (asked before a renewal), and what the
@@ -79,6 +81,7 @@ class Leases:
         self.sole_writer = sole_writer
         self._lease_s = lease_s
         self._keepers: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
         self._registered = False
         self.rounds = 0
         self._round_done = asyncio.Event()
@@ -138,10 +141,16 @@ class Leases:
                 self._keepers.append(asyncio.create_task(self._adopting(adopt), name="adoption"))
 
     async def stop(self) -> None:
+        """Stop keeping leases once the round in progress is done (not cancelled midway: a
+        read cut off in flight can leave a database connection behind, and SQLite's keeps
+        the process from exiting); cancelled only if it takes longer than STOP_WAIT_S."""
         keepers, self._keepers = self._keepers, []
-        for keeper in keepers:
-            keeper.cancel()
-        await asyncio.gather(*keepers, return_exceptions=True)
+        self._stopping.set()
+        if keepers:
+            _, late = await asyncio.wait(keepers, timeout=STOP_WAIT_S)
+            for keeper in late:
+                keeper.cancel()
+            await asyncio.gather(*keepers, return_exceptions=True)
 
     async def leave(self) -> None:
         """Let go of this node's runs and its name (a stop): others take them up at once.
@@ -169,16 +178,22 @@ class Leases:
         self.rounds += 1
         self._round_done.set()
 
+    async def _pause(self, seconds: float) -> bool:
+        """Wait `seconds`; False if told to stop meanwhile."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
     async def _renewing(self, running: Running, renewed: Renewed) -> None:
-        while True:
-            await asyncio.sleep(self._lease_s / 3)
+        while await self._pause(self._lease_s / 3):
             await self._renew(running, renewed)
             if len(self._keepers) == 1:
                 self._round()
 
     async def _adopting(self, adopt: Adopt) -> None:
-        while True:
-            await asyncio.sleep(min(self._lease_s / 3, ADOPT_EVERY_S))
+        while await self._pause(min(self._lease_s / 3, ADOPT_EVERY_S)):
             try:
                 await adopt()
             except Exception:
