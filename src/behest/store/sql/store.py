@@ -13,7 +13,6 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
@@ -44,7 +43,7 @@ from behest.store.sql.creation import (
     get_run,
     is_fresh,
 )
-from behest.store.sql.engine import Engines, create_engines
+from behest.store.sql.engine import AsyncWriter, ConnectionLost, Engines, create_engines
 from behest.store.sql.single_statement import OneStatement
 from behest.store.sql.writes import TERMINAL, apply_writes, upsert
 
@@ -289,15 +288,18 @@ class SqlStore:
     async def _create_fresh(
         self, one: OneStatement, results: list[BatchResult]
     ) -> list[BatchResult]:
-        """Run fresh creations' one statement. Its connection found dead (the server ended it
-        just before: the pool cannot tell) leaves it committed whole or not at all: its first
-        run says which, and one that did not commit is run once more on a new connection."""
+        """Run fresh creations' one statement on the driver. Its connection found dead (the
+        server ended it just before: the pool cannot tell) leaves it committed whole or not
+        at all: its first run says which, and one that did not commit is run once more on a
+        new connection."""
+        writer = self.engines.writer
+        assert isinstance(writer, AsyncWriter)
         for attempt in (1, 2):
             try:
-                await self.engines.writer.execute_once(one.statement, one.params)
+                await writer.execute_on_driver(one.statement, one.params)
                 return results
-            except DBAPIError as exc:
-                if not exc.connection_invalidated or attempt == 2:
+            except ConnectionLost:
+                if attempt == 2:
                     raise
                 first = results[0]
                 assert isinstance(first, tuple)
