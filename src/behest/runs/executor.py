@@ -4,7 +4,8 @@ It starts a task per run (created here, resumed after a restart, adopted from a 
 lease lapsed, or taken up when the answers a waiting run needs came), tells a user's cancel
 (RunCancelled) from a shutdown (the run is left as it is, resumable from its snapshot), from
 a pause (the run waits, nobody's: runs/waiting.py) and from a failure (RunFailed), and has
-every end written by runs/ending.py. Creation is runs/creation.py's, leases runs/leases.py's.
+every end written by runs/ending.py. Creation is runs/creation.py's, leases runs/leases.py's,
+ending a run from outside (CancelRun, abandon) runs/cancelling.py's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,19 +23,16 @@ from opentelemetry.trace import Status, StatusCode
 from behest.domain.messages import Message
 from behest.domain.runs import Cancel, CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import CancelSource, FailureCode
+from behest.domain.spend import FailureCode
 from behest.errors import (
-    Aborted,
     BehestError,
-    DeadlineExceeded,
-    FailedPrecondition,
     Fenced,
-    NotFound,
     ResourceExhausted,
     Unavailable,
 )
 from behest.events.log import EventLog, RunLog
 from behest.runs.builder import LoopBuilder
+from behest.runs.cancelling import CANCEL_WAIT_S, Cancelling
 from behest.runs.creation import commit_creation, new_run
 from behest.runs.ending import Ending, RunEnder
 from behest.runs.leases import Leases, this_process
@@ -53,12 +51,6 @@ from behest.telemetry import (
 
 log = logging.getLogger(__name__)
 
-# How long CancelRun waits for the run's end to be durable before saying it is not yet.
-CANCEL_WAIT_S = 10.0
-# Times CancelRun starts over when the run changed hands while it waited (a lost claim).
-_CANCEL_TRIES = 3
-# How often a CancelRun of a run another node executes looks again without a notification.
-_CANCEL_POLL_S = 0.5
 STOPPED = "the server is shutting down; the run stays resumable"
 
 
@@ -108,6 +100,15 @@ class Executor:
         self._background: set[asyncio.Task[CreatedRun]] = set()
         self._chores: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._cancelling = Cancelling(
+            store=store,
+            runs=self._runs,
+            leases=self.leases,
+            notifier=event_log.notifier,
+            ender=self._ender,
+            ended=self._ended,
+            accepting=lambda: self._accepting,
+        )
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class Executor:
         await self._log.flush()
         await self.leases.leave()
 
-    # --- creating, cancelling, abandoning ------------------------------------------------
+    # --- creating; cancelling and abandoning (runs/cancelling.py) ------------------------
 
     async def create(
         self, request: RunRequest, *, tenant: str, traceparent: str = ""
@@ -241,70 +242,12 @@ class Executor:
         return created
 
     async def cancel(self, run_id: str, cancel: Cancel) -> RunStatus:
-        """Cancel a run; returns CANCELLED once RunCancelled is durable (or was already).
+        """Cancel a run, wherever it executes (runs/cancelling.py); CANCELLED once durable."""
+        return await self._cancelling.cancel(run_id, cancel)
 
-        A run whose end was decided otherwise first (it completed or failed) is
-        FailedPrecondition naming that end; an end not durable within CANCEL_WAIT_S is
-        DeadlineExceeded. Nothing is answered before the run's end is known.
-        """
-        for _ in range(_CANCEL_TRIES):
-            run = await self._store.get_run(run_id)
-            if run is None:
-                raise NotFound(f"run {run_id} not found")
-            handle = self._runs.get(run_id)
-            if handle is None:
-                if run.status.is_terminal:
-                    return _cancelled(run_id, run.status)
-                if self.leases.is_elsewhere(run):
-                    final = await self._cancel_elsewhere(run, cancel)
-                else:
-                    final = await self._end_unowned(run, Ending.cancelled(cancel))
-            else:
-                handle.request_cancel(cancel)
-                final = await handle.wait_end(run_id, CANCEL_WAIT_S)
-            if final is not None:
-                status = _cancelled(run_id, final)
-                await self._cancel_children(run_id, cancel)
-                return status
-            if not self._accepting:
-                raise Unavailable(
-                    f"the server is shutting down: run {run_id} was stopped without an end "
-                    "and resumes at the next start; cancel it then"
-                )
-        raise Aborted(f"run {run_id} changed hands while it was being cancelled; try again")
-
-    async def _cancel_elsewhere(self, run: Run, cancel: Cancel) -> RunStatus | None:
-        """Cancel a run another node executes: the cancel is stored and signalled to it, and
-        its end awaited (None: the run is nobody's now; the caller tries again). Its owner
-        ends it, or whoever takes it up if that node is gone."""
-        if not await self._store.request_cancel(run.id, cancel, now=datetime.now(UTC)):
-            return None  # it ended meanwhile: read again
-        try:
-            async with asyncio.timeout(CANCEL_WAIT_S):
-                while True:
-                    ticket = self._log.notifier.ticket(run.id)
-                    current = await self._store.get_run(run.id)
-                    if current is None or current.status.is_terminal:
-                        return None if current is None else current.status
-                    if not self.leases.is_elsewhere(current):
-                        return None  # its owner let it go (or died): end it here
-                    await self._log.notifier.wait(ticket, _CANCEL_POLL_S)
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"run {run.id}: the cancel is recorded, but node {run.owner!r}, which executes "
-                f"the run, did not end it within {CANCEL_WAIT_S:g} s; it ends cancelled when "
-                "that node or the next to take the run up gets to it (GetRun tells)"
-            ) from None
-
-    async def _cancels_asked(self, run_ids: Iterable[str]) -> None:
-        """Cancels asked through other nodes of runs this one executes: each is ended so."""
-        for run_id in run_ids:
-            handle = self._runs.get(run_id)
-            if handle is None or handle.cancel_requested or handle.decided is not None:
-                continue
-            run = await self._store.get_run(run_id)
-            if run is not None and run.cancel_request is not None:
-                handle.request_cancel(run.cancel_request)
+    async def abandon(self, run_id: str) -> None:
+        """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""
+        await self._cancelling.abandon(run_id)
 
     def _running(self) -> set[str]:
         """The runs whose task executes here under a claim."""
@@ -313,7 +256,7 @@ class Executor:
     async def _renewed(self, before: set[str], renewal: Renewal) -> None:
         """After a renewal: end the runs asked to cancel; stop those another node claimed
         meanwhile (a run that waits on a long tool writes nothing that would tell)."""
-        await self._cancels_asked(renewal.cancel_asked)
+        await self._cancelling.cancels_asked(renewal.cancel_asked)
         for run_id in before - renewal.held:
             handle = self._runs.get(run_id)
             if handle is None or handle.lost:
@@ -327,7 +270,7 @@ class Executor:
     def cancel_signalled(self, run_id: str) -> None:
         """A node asked to cancel `run_id` (a signal): end it if this node executes it."""
         if run_id in self._runs:
-            self._spawn(self._cancels_asked([run_id]), f"cancel-{run_id}")
+            self._spawn(self._cancelling.cancels_asked([run_id]), f"cancel-{run_id}")
 
     def _lost(self, run_id: str, generation: int) -> None:
         """A step of the run was refused: another node claimed it since. Stop it here at once
@@ -340,67 +283,6 @@ class Executor:
         self._metrics.runs_lost.add(1)
         if handle.task is not None:
             handle.task.cancel()
-
-    async def _cancel_children(self, run_id: str, cancel: Cancel) -> None:
-        """Cancel the sub-agent runs a cancelled run started (and theirs, in turn)."""
-        why = Cancel(cancel.by, f"its parent run {run_id} was cancelled", CancelSource.PARENT_RUN)
-        for child in await self._store.child_runs(run_id):
-            if child.status.is_terminal:
-                continue
-            try:
-                await self.cancel(child.id, why)
-            except BehestError as exc:  # it ended meanwhile, or another node holds it
-                log.warning("run %s: cancelling sub-agent run %s: %s", run_id, child.id, exc)
-
-    async def abandon(self, run_id: str) -> None:
-        """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""
-        run = await self._store.get_run(run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} not found")
-        if run_id in self._runs:
-            raise FailedPrecondition(f"run {run_id} is executing; cancel it with CancelRun instead")
-        if self.leases.is_elsewhere(run):
-            raise FailedPrecondition(
-                f"run {run_id} is executing on node {run.owner!r}; cancel it with CancelRun instead"
-            )
-        if run.status.is_terminal:
-            raise FailedPrecondition(f"run {run_id} already ended ({run.status.name})")
-        reason = "abandoned: its snapshot was deleted while the run was interrupted"
-        final = await self._end_unowned(run, Ending.failed(reason, FailureCode.ABANDONED))
-        if final != RunStatus.FAILED:
-            raise FailedPrecondition(f"run {run_id} ended {final.name if final else 'elsewhere'}")
-
-    async def _end_unowned(self, run: Run, ending: Ending) -> RunStatus | None:
-        """End a run no task of this process owns; returns how it ended (None: it vanished).
-        The run is held as ours while its end is written, so no start, resume or second end
-        of it can interleave; it is read again once held."""
-        handle = self._runs.hold(run.id, OwnedRun(run.tenant, started=True, decided=ending.status))
-        try:
-            # Claimed first: a node taking up a waiting run, or adopting a lapsed one, now
-            # cannot write into it while its end is written here.
-            claimed = await self.leases.claim(run.id)
-            current = await self._store.get_run(run.id)
-            if current is None or current.status.is_terminal:
-                handle.final = None if current is None else current.status
-                return handle.final
-            if not claimed:
-                return None  # another node holds it now: the caller asks again
-            handle.generation = claimed
-            try:
-                async with asyncio.timeout(CANCEL_WAIT_S):
-                    await self._ender.end_stored(current, ending, claimed)
-            except TimeoutError:
-                raise DeadlineExceeded(
-                    f"the end of run {run.id} was not durable within {CANCEL_WAIT_S:g} s; "
-                    "GetRun tells whether it was written"
-                ) from None
-            except Fenced:
-                return None  # another node claimed it meanwhile: the caller asks again
-            handle.final = ending.status
-            self._ended(ending)
-            return handle.final
-        finally:
-            self._runs.release(run.id, handle, "its end could not be written")
 
     # --- runs that wait ---------------------------------------------------------------------
 
@@ -622,10 +504,3 @@ class Executor:
             ending = Ending.cancelled(handle.cancel)
         handle.decided = ending.status
         return ending, progress
-
-
-def _cancelled(run_id: str, final: RunStatus) -> RunStatus:
-    """CANCELLED, or FailedPrecondition naming the end the run reached instead."""
-    if final == RunStatus.CANCELLED:
-        return final
-    raise FailedPrecondition(f"run {run_id} already ended {final.name}; it was not cancelled")
