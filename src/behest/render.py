@@ -88,6 +88,10 @@ class EventPrinter:
                 self.exit_code = EXIT_RUN_NOT_COMPLETED
             case "budget_exceeded" | "sub_run_started" | "sub_run_finished":
                 self._render_spend(event)
+            case "output_rejected":
+                rejected = event.output_rejected
+                then = "; asking the model once more" if rejected.repairing else ""
+                self._line(f"! answer rejected: {rejected.error}{then}")
             case _:
                 # Bookkeeping events, and kinds newer than this CLI: nothing to show.
                 pass

@@ -83,8 +83,9 @@ RUN_RPCS = (
     "ListPendingCalls",
     "ListRunEvents",
 )
-# CreateRun fields that make a run wait, which name their recipes.
-WAIT_OPTIONS = ("approval_required_tools", "client_tools")
+# CreateRun fields that make a run wait (or, response_format, want a structured answer), which
+# name their recipes.
+WAIT_OPTIONS = ("approval_required_tools", "client_tools", "response_format")
 WAIT_EVENTS = (
     "approval_requested",
     "approval_resolved",
@@ -673,6 +674,29 @@ async def test_get_run_output_shows_the_answer(recipes: Recipes) -> None:
     assert len(messages) == 1
     assert field(messages[0], "role") == "assistant"
     assert field(messages[0], "content") == [{"text": {"text": text}}]
+
+
+STRUCTURED_RECIPE = "agent.v1.RunService/CreateRunStream response_format"
+
+
+@runs(STRUCTURED_RECIPE, "agent.v1.RunService/GetRunOutput")
+async def test_a_structured_output_run_is_repaired_once_and_returns_the_parsed_answer(
+    recipes: Recipes,
+) -> None:
+    result = await recipes.run(STRUCTURED_RECIPE)  # the doc's script is the point
+    assert result.code == 0, result.stderr
+    events = result.documents()
+    run_id = field(events[0], "run_id")
+    assert_whole_run(events, run_id)
+    kinds = [event_kind(e) for e in events]
+    assert kinds[-1] == "run_completed"
+    assert kinds.count("model_started") == 2
+    [rejected] = [payload(e) for e in events if event_kind(e) == "output_rejected"]
+    assert field(rejected, "repairing") is True
+    assert "not valid JSON" in field(rejected, "error")
+    output = await recipes.run("agent.v1.RunService/GetRunOutput", run_id=run_id)
+    assert output.code == 0, output.stderr
+    assert field(field(output.json(), "output"), "structured_output") == {"answer": 4}
 
 
 @runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/CancelRun")

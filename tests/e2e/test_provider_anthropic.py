@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
@@ -425,3 +426,88 @@ async def test_a_tool_use_with_input_nested_deep_is_an_error_result_and_the_run_
     ]
     assert results[0]["is_error"] is True
     assert "nested 3000 levels deep" in json.dumps(results[0]["content"])
+
+
+# --- structured output (issue 17): a forced tool carries the answer ---------------------------
+
+SUM = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+WORDS = {"type": "array", "items": {"type": "string"}}
+
+
+async def run_structured(
+    server: Server, schema: dict[str, object], name: str, **fields: str | list[str]
+) -> list[pb.AgentEvent]:
+    req = request("What is 1+2?", **fields)
+    req.response_format.CopyFrom(pb.ResponseFormat(name=name, json_schema=json.dumps(schema)))
+    return await collect(server.runs.CreateRunStream(req))
+
+
+async def structured_output(server: Server, run_id: str) -> object:
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=run_id))
+    assert output.output.HasField("structured_output")
+    return MessageToDict(output.output.structured_output)
+
+
+async def test_a_response_format_is_a_forced_tool_whose_input_is_the_answer(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.push(tool_reply(("toolu_1", "sum", ['{"ans', 'wer": 3}'])))
+    events = await run_structured(server, SUM, "sum", tool_choice="none")
+    assert kind(events[-1]) == "run_completed"
+    assert events[-1].run_completed.finish_reason == c.FINISH_REASON_STOP
+    # The answer tool is never a tool call: no tool events, nothing executed.
+    assert not [e for e in events if kind(e).startswith("tool_")]
+    body = json.loads(fake.requests[0].body)
+    assert [t["name"] for t in body["tools"]] == ["sum"]
+    assert body["tools"][0]["input_schema"] == SUM
+    assert body["tool_choice"] == {"type": "tool", "name": "sum"}
+    assert await structured_output(server, events[0].run_id) == {"answer": 3}
+
+
+async def test_a_schema_that_is_not_an_objects_is_wrapped_and_unwrapped(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.push(tool_reply(("toolu_1", "words", ['{"answer": ["sea", "salt"]}'])))
+    events = await run_structured(server, WORDS, "words", tool_choice="none")
+    assert kind(events[-1]) == "run_completed"
+    schema = json.loads(fake.requests[0].body)["tools"][0]["input_schema"]
+    assert schema == {"type": "object", "properties": {"answer": WORDS}, "required": ["answer"]}
+    assert await structured_output(server, events[0].run_id) == ["sea", "salt"]
+
+
+async def test_with_other_tools_the_answer_tool_is_offered_beside_them(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.push(
+        tool_reply(("toolu_1", "calculator", ['{"expression": "1+2"}'])),
+        tool_reply(("toolu_2", "sum", ['{"answer": 3}']), text="Here it is:"),
+    )
+    events = await run_structured(server, SUM, "sum", tools=["calculator"])
+    assert kind(events[-1]) == "run_completed"
+    first = json.loads(fake.requests[0].body)
+    assert [t["name"] for t in first["tools"]] == ["calculator", "sum"]
+    assert first["tool_choice"] == {"type": "auto"}
+    # Only the calculator ran; the text beside the answer tool's call is not the answer.
+    started = [e.tool_execution_started for e in events if kind(e) == "tool_execution_started"]
+    assert [s.tool_name for s in started] == ["calculator"]
+    assert "Here it is:" not in "".join(e.text_delta.delta for e in events)
+    assert await structured_output(server, events[0].run_id) == {"answer": 3}
+
+
+async def test_an_answer_tool_input_that_does_not_fit_is_repaired_in_plain_turns(
+    server: Server, fake: FakeAnthropic
+) -> None:
+    fake.push(
+        tool_reply(("toolu_1", "sum", ['{"answer": "three"}'])),
+        tool_reply(("toolu_2", "sum", ['{"answer": 3}'])),
+    )
+    events = await run_structured(server, SUM, "sum", tool_choice="none")
+    assert kind(events[-1]) == "run_completed"
+    second = json.loads(fake.requests[1].body)
+    assert second["tool_choice"] == {"type": "tool", "name": "sum"}
+    messages = second["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    # The first answer is the assistant's text (no tool_use to answer), then the repair.
+    assert messages[1]["content"] == [{"type": "text", "text": '{"answer": "three"}'}]
+    assert "is not of type 'integer'" in messages[2]["content"][0]["text"]
+    assert await structured_output(server, events[0].run_id) == {"answer": 3}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
@@ -430,3 +432,73 @@ async def test_tool_arguments_nested_3000_deep_give_an_error_result_and_the_run_
     tool_message = fake.bodies[1]["messages"][-1]
     assert tool_message["role"] == "tool"
     assert "nested 3000 levels deep; the limit is 64" in tool_message["content"]
+
+
+# --- structured output (issue 17) -----------------------------------------------------------
+
+SUM = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+
+
+def structured(**fields: Any) -> dict[str, Any]:
+    return {"response_format": pb.ResponseFormat(name="sum", json_schema=json.dumps(SUM)), **fields}
+
+
+async def test_a_response_format_is_sent_as_json_schema_and_the_answer_comes_back_parsed(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    fake.push(text('{"answer": 3}'))
+    events = await run(server, **structured())
+    assert kinds(events)[-1] == "run_completed"
+    body = json.loads(fake.requests[0].body)
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "sum", "schema": SUM},
+    }
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=events[0].run_id))
+    assert MessageToDict(output.output.structured_output) == {"answer": 3}
+
+
+async def test_the_repair_call_says_what_was_wrong_and_asks_for_the_format_again(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    fake.push(text("Three."), text('{"answer": 3}'))
+    events = await run(server, **structured())
+    assert kinds(events)[-1] == "run_completed"
+    assert len(fake.requests) == 2
+    second = json.loads(fake.requests[1].body)
+    assert second["response_format"]["json_schema"]["name"] == "sum"
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
+    assert second["messages"][1]["content"] == "Three."
+    assert "not valid JSON" in second["messages"][2]["content"]
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=events[0].run_id))
+    assert MessageToDict(output.output.structured_output) == {"answer": 3}
+
+
+# What llama-cpp-python's server answers to response_format {"type": "json_schema"}.
+LLAMA_CPP_REFUSAL = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+    "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+)
+
+
+async def test_a_server_refusing_json_schema_is_asked_with_json_object_once_for_the_model(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    fake.push(
+        error(500, LLAMA_CPP_REFUSAL, type="internal_server_error"),
+        text('{"answer": 3}'),
+        text('{"answer": 4}'),
+    )
+    first = await run(server, **structured())
+    assert kinds(first)[-1] == "run_completed"
+    assert iterations_started(first) == [1]  # asked again within the same attempt
+    bodies = [json.loads(r.body) for r in fake.requests]
+    assert bodies[0]["response_format"]["type"] == "json_schema"
+    assert bodies[1]["response_format"] == {"type": "json_object", "schema": SUM}
+    # The model's form is remembered: the next run asks that way at once.
+    second = await run(server, **structured())
+    assert kinds(second)[-1] == "run_completed"
+    assert len(fake.requests) == 3
+    assert json.loads(fake.requests[2].body)["response_format"]["type"] == "json_object"
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=second[0].run_id))
+    assert MessageToDict(output.output.structured_output) == {"answer": 4}

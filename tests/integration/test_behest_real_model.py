@@ -7,7 +7,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from google.protobuf.json_format import MessageToDict
+from jsonschema import Draft202012Validator
 
+from behest._proto.agent.v1 import run_pb2 as pb
 from tests.support import (
     Server,
     collect,
@@ -70,3 +73,25 @@ async def test_a_named_tool_choice_gets_the_tool_run_and_answered(server: Server
     # After the forced call the model may answer: the run ends with its text.
     assert kind(events[-1]) == "run_completed"
     assert events[-1].run_completed.iterations >= 2
+
+
+SUM = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+
+
+async def test_a_structured_output_run_answers_json_that_fits_its_schema(server: Server) -> None:
+    # llama-cpp-python's server refuses response_format json_schema; behest asks again with
+    # its {"type": "json_object", "schema": …}, which becomes a grammar: valid JSON, first try.
+    request = create_request(
+        "What is 12 times 7? Answer in JSON.",
+        provider="smol",
+        model=MODEL,
+        tool_choice="none",
+        response_format=pb.ResponseFormat(name="product", json_schema=json.dumps(SUM)),
+    )
+    events = await collect(server.runs.CreateRunStream(request))
+    assert kind(events[-1]) == "run_completed", events[-1]
+    assert "output_rejected" not in [kind(e) for e in events]
+    output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=events[0].run_id))
+    answer = MessageToDict(output.output.structured_output)
+    Draft202012Validator(SUM).validate(answer)
+    assert isinstance(answer["answer"], int | float) and float(answer["answer"]).is_integer()

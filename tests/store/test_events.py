@@ -71,6 +71,7 @@ EVERY_KIND: list[ev.Payload] = [
         usage=TokenUsage(3_000_000_000, 42, 5, 7),
         cost=Money(Decimal("0.000123"), "USD"),
     ),
+    ev.OutputRejected(error="the answer is not valid JSON (… ✓)", repairing=True),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.BudgetExceeded(budget=BudgetKind.DAILY_COST, limit="10.00", used="10.000001"),
     ev.RunFailed(error="provider 'local': boom", code=FailureCode.RATE_LIMITED),

@@ -28,11 +28,13 @@ from behest.providers.base import (
 from behest.providers.local import KNOWN_MODELS, LocalProvider, split_words
 
 
-def message(role: Role, text: str, position: int = 0, **extra: object) -> Message:
+def message(
+    role: Role, text: str, position: int = 0, *, run_id: str = "r", **extra: object
+) -> Message:
     return Message(
         id=f"m{position}",
         session_id="s",
-        run_id="r",
+        run_id=run_id,
         position=position,
         role=role,
         text=text,
@@ -69,17 +71,31 @@ def test_split_words_joins_back_exactly(text: str) -> None:
     assert "".join(split_words(text)) == text
 
 
-async def test_echo_answers_the_last_user_message() -> None:
+async def test_echo_answers_the_input_of_the_last_run() -> None:
     req = ModelRequest(
         model="echo",
         messages=[
-            message(Role.USER, "first", 0),
-            message(Role.ASSISTANT, "reply", 1),
-            message(Role.USER, "second one", 2),
-            message(Role.TOOL, "tool output", 3, tool_call_id="c"),
+            message(Role.USER, "first", 0, run_id="r0"),
+            message(Role.ASSISTANT, "reply", 1, run_id="r0"),
+            message(Role.USER, "second one", 2, run_id="r1"),
+            message(Role.TOOL, "tool output", 3, run_id="r1", tool_call_id="c"),
         ],
     )
     assert text_of(await collect(req)) == "second one"
+
+
+async def test_script_plays_its_run_input_also_after_a_repair_message() -> None:
+    steps = script({"text": "not json"}, {"text": '{"ok": true}'})
+    req = ModelRequest(
+        model="script",
+        messages=[
+            message(Role.USER, steps, 0),
+            message(Role.ASSISTANT, "not json", 1),
+            message(Role.USER, "Your answer could not be used: …", 2),
+        ],
+        call_number=2,
+    )
+    assert text_of(await collect(req)) == '{"ok": true}'
 
 
 async def test_usage_is_a_deterministic_estimate() -> None:

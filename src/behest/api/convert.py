@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import cast
 
+from google.protobuf import json_format
+from google.protobuf.struct_pb2 import Value
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from behest._proto.agent.v1 import catalog_pb2 as pb_catalog
@@ -18,6 +20,7 @@ from behest.domain import catalog
 from behest.domain import events as ev
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.messages import Message, ToolCall
+from behest.domain.output import ResponseFormat
 from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
@@ -148,7 +151,19 @@ def run_record(run: Run) -> pb.RunRecord:
         budget=budget(run.budget),
         parent_run_id=run.parent_run_id,
         allow_sub_agents=run.allow_sub_agents,
+        response_format=response_format(run.response_format),
     )
+
+
+def response_format(value: ResponseFormat | None) -> pb.ResponseFormat | None:
+    if value is None:
+        return None
+    return pb.ResponseFormat(name=value.name, json_schema=value.schema_text)
+
+
+def json_value(text: str) -> Value:
+    """Stored JSON text (behest's own, parsed from a model's answer) as a protobuf Value."""
+    return json_format.ParseDict(json.loads(text), Value())
 
 
 def pending_call(value: PendingCall) -> pb.PendingCall:
@@ -186,6 +201,11 @@ def run_output(output: RunOutput) -> pb.RunOutput:
         total_usage=usage(run.usage),
         messages=[message(m) for m in output.messages],
         total_cost=cost(run.cost),
+        structured_output=(
+            json_value(run.output)
+            if run.output is not None and run.status == RunStatus.COMPLETED
+            else None
+        ),
     )
 
 

@@ -17,10 +17,12 @@ from behest import bounded_json
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
+from behest.domain.output import DEFAULT_NAME, ResponseFormat, remote_refs
 from behest.domain.runs import RunRequest, RunStatus, ToolChoice
 from behest.domain.spend import MAX_AMOUNT, RunBudget, parse_amount
 from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
 from behest.errors import InvalidArgument, quote
+from behest.runs.sub_runs import SPAWN_TOOL
 
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 100
@@ -111,7 +113,13 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
             f"budget.max_cost needs prices for model {quote(model)} of provider "
             f"{quote(provider)}; its settings set none (input_price, output_price)"
         )
-    _check_tools(request.tools, tool_choice, known, [t.name for t in waits.client_tools])
+    client_names = [t.name for t in waits.client_tools]
+    _check_tools(request.tools, tool_choice, known, client_names)
+    response_format = None
+    if request.HasField("response_format"):
+        spawn = [SPAWN_TOOL] if request.allow_sub_agents else []
+        taken = [*(request.tools or known), *client_names, *spawn]
+        response_format = run_response_format(request.response_format, taken)
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     return RunRequest(
         session_id=session_id,
@@ -127,6 +135,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         waits=waits,
         budget=budget,
         allow_sub_agents=request.allow_sub_agents,
+        response_format=response_format,
     )
 
 
@@ -145,6 +154,48 @@ def _check_tools(
         "tool_choice must be auto, none, required or the name of a tool this run may use; "
         f"got {quote(choice)}"
     )
+
+
+def run_response_format(value: pb.ResponseFormat, taken: Sequence[str]) -> ResponseFormat:
+    """A run's response format: a name (default "final_answer") that no tool of the run has,
+    and a bounded, valid JSON Schema (a JSON object; the answer it describes may be any JSON
+    value) that refers only within itself."""
+    name = value.name or DEFAULT_NAME
+    if not TOOL_NAME.match(name):
+        raise InvalidArgument(
+            f"response_format.name must be 1 to 64 letters, digits, '_' or '-'; got {quote(name)}"
+        )
+    if name in taken:
+        raise InvalidArgument(
+            f"response_format.name {quote(name)} is the name of a tool this run may use; "
+            "name it otherwise"
+        )
+    if not value.json_schema.strip():
+        raise InvalidArgument(
+            "response_format.json_schema is required: the JSON Schema of the answer, as JSON text"
+        )
+    try:
+        schema = bounded_json.parse(value.json_schema, max_bytes=MAX_SCHEMA_BYTES)
+    except bounded_json.JsonRefused as exc:
+        raise InvalidArgument(f"response_format.json_schema: the JSON text {exc}") from None
+    if not isinstance(schema, dict):
+        raise InvalidArgument(
+            "response_format.json_schema must be a JSON Schema object, "
+            'like {"type": "object", "properties": {…}}'
+        )
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidArgument(
+            f"response_format.json_schema is not a valid JSON Schema: {exc.message[:200]}"
+        ) from None
+    remote = remote_refs(schema)
+    if remote:
+        raise InvalidArgument(
+            'response_format.json_schema may only refer within itself ($ref "#…"); '
+            f"got $ref {quote(remote[0])}"
+        )
+    return ResponseFormat(name, schema)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

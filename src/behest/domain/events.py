@@ -180,6 +180,14 @@ class SubRunFinished:
     cost: Money | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class OutputRejected:
+    """A final answer did not fit the run's response format; `repairing`: asked again."""
+
+    error: str
+    repairing: bool
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -207,6 +215,7 @@ Payload = (
     | BudgetExceeded
     | SubRunStarted
     | SubRunFinished
+    | OutputRejected
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -238,6 +247,7 @@ KINDS: dict[type[Payload], str] = {
     BudgetExceeded: "budget_exceeded",
     SubRunStarted: "sub_run_started",
     SubRunFinished: "sub_run_finished",
+    OutputRejected: "output_rejected",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from behest.domain.callers import DEFAULT_TENANT
 from behest.domain.messages import Message
+from behest.domain.output import ResponseFormat
 from behest.domain.spend import MILLION, CancelSource, FailureCode, Money, Prices, RunBudget
 from behest.domain.waits import WaitOptions
 
@@ -111,6 +112,8 @@ class RunRequest:
     waits: WaitOptions = field(default_factory=WaitOptions)
     budget: RunBudget = field(default_factory=RunBudget)
     allow_sub_agents: bool = False
+    # Structured output: the final answer must validate against its schema.
+    response_format: ResponseFormat | None = None
     # Set by behest for a sub-agent run (never by a client): its parent, how deep it is.
     parent_run_id: str = ""
     depth: int = 0
@@ -123,6 +126,8 @@ class RunRequest:
             waits.append(repr(self.budget))
         if self.allow_sub_agents:
             waits.append("sub_agents")
+        if self.response_format is not None:
+            waits.append(repr([self.response_format.name, self.response_format.schema_text]))
         body = json.dumps(
             [
                 self.session_id or "",
@@ -182,6 +187,10 @@ class Run:
     depth: int = 0
     # A cancel asked while another node executed it: whoever holds the run ends it so.
     cancel_request: Cancel | None = None
+    # Structured output: the format its final answer must fit, and that answer once it did
+    # (compact JSON text; None: none yet, or no format).
+    response_format: ResponseFormat | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

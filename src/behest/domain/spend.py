@@ -49,6 +49,8 @@ class FailureCode(enum.IntEnum):
     ABANDONED = 10
     CONFIGURATION = 11
     INTERNAL = 12
+    # The final answer did not fit the run's response format, also after one repair.
+    INVALID_OUTPUT = 13
 
 
 class CancelSource(enum.IntEnum):

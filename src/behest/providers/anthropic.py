@@ -19,6 +19,11 @@ Request mapping (behest's normalised ModelRequest → `POST /v1/messages`, `stre
   then wants tools defined, so the tools named in it are sent with a bare schema and
   {"type": "none"}, which lets the model call none of them.
 - `max_tokens` (required by the API) is the request's `max_output_tokens`, else 4096.
+- Structured output: the API has no response_format, so the format becomes a tool named after
+  it whose input_schema is its schema (wrapped as {"answer": …} unless an object's), forced
+  with {"type": "tool", name} when no other tool is offered (or tool_choice is none), else
+  offered beside them. Its call is the final answer: the decoder turns its input into the
+  answer's text and never reports it as a tool call (so it is never run, listed or approved).
 - Tool-call ids are reduced to the characters the API accepts (letters, digits, `_`, `-`).
 
 Stream mapping (raw server-sent events → deltas): `content_block_start` of a `tool_use` block →
@@ -53,6 +58,7 @@ import httpx2
 
 from behest import bounded_json
 from behest.domain.messages import Message, Role
+from behest.domain.output import ResponseFormat
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
     ContextOverflowError,
@@ -151,7 +157,7 @@ class AnthropicProvider:
     async def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
         """Stream one model call's deltas; the last one is `Finished`."""
         params = build_params(request)
-        decoder = StreamDecoder()
+        decoder = StreamDecoder(request.response_format)
         try:
             response = await self._client.messages.create(**params, stream=True)
             # Closing the response on every way out (cancel included) drops the connection,
@@ -218,14 +224,26 @@ class AnthropicProvider:
 
 
 class StreamDecoder:
-    """Turns the raw stream events of one message into deltas; `finished` after message_stop."""
+    """Turns the raw stream events of one message into deltas; `finished` after message_stop.
 
-    def __init__(self) -> None:
+    With a response format, a call of its answer tool is the answer: its input becomes the
+    answer's text (one TextChunk once the block ends), and is never a tool call. Text the model
+    writes meanwhile is held back: sent before a call of another tool or at the end, and
+    dropped when the answer tool was called (the answer is the tool's input alone).
+    """
+
+    def __init__(self, response_format: ResponseFormat | None = None) -> None:
         self.finished = False
         # TokenUsage's fields by the API's names; message_delta's counts replace these.
         self._usage = dict.fromkeys(_USAGE_FIELDS.values(), 0)
         self._stop_reason: str | None = None
         self._tool_ids: dict[int, str] = {}
+        self._format = response_format
+        self._held: list[Delta] = []
+        # The answer tool's block: its index, the input's fragments; whether it was called.
+        self._answer_index: int | None = None
+        self._answer: list[str] = []
+        self._answered = False
 
     def feed(self, event: Any) -> list[Delta]:
         if self.finished:
@@ -234,9 +252,11 @@ class StreamDecoder:
             case "message_start":
                 self._take_usage(getattr(event.message, "usage", None))
             case "content_block_start":
-                return self._block_start(event.index, event.content_block)
+                return self._hold(self._block_start(event.index, event.content_block))
             case "content_block_delta":
-                return self._block_delta(event.index, event.delta)
+                return self._hold(self._block_delta(event.index, event.delta))
+            case "content_block_stop" if event.index == self._answer_index:
+                return self._answer_text()
             case "message_delta":
                 reason = getattr(event.delta, "stop_reason", None)
                 if reason is not None:
@@ -244,9 +264,46 @@ class StreamDecoder:
                 self._take_usage(getattr(event, "usage", None))
             case "message_stop":
                 self.finished = True
+                if self._answered and self._stop_reason == "tool_use" and not self._tool_ids:
+                    self._stop_reason = "end_turn"  # the answer tool was the only call
                 reason = _FINISH.get(self._stop_reason or "", FinishReason.UNKNOWN)
-                return [Finished(reason, TokenUsage(**self._usage))]
+                deltas = self._answer_text() if self._answer_index is not None else []
+                if not self._answered:
+                    deltas = [*self._held, *deltas]
+                return [*deltas, Finished(reason, TokenUsage(**self._usage))]
         return []
+
+    def _hold(self, deltas: list[Delta]) -> list[Delta]:
+        """With a response format, text waits until it is known whether it is the answer."""
+        if self._format is None:
+            return deltas
+        out: list[Delta] = []
+        for delta in deltas:
+            if isinstance(delta, TextChunk):
+                if not self._answered:
+                    self._held.append(delta)
+                continue
+            if isinstance(delta, ToolCallBegin) and not self._answered:
+                out += self._held  # text before another tool's call is no answer
+                self._held.clear()
+            out.append(delta)
+        return out
+
+    def _answer_text(self) -> list[Delta]:
+        """The answer tool's input, as the answer (unwrapped from {"answer": …} when its
+        schema is not an object's)."""
+        text = "".join(self._answer) or "{}"
+        self._answer_index, self._answer = None, []
+        assert self._format is not None
+        if not _wraps(self._format):
+            return [TextChunk(text)]
+        try:
+            value = bounded_json.parse(text)
+        except bounded_json.JsonRefused:
+            return [TextChunk(text)]  # not JSON: the loop says so and asks for a repair
+        if not isinstance(value, dict) or "answer" not in value:
+            return [TextChunk(text)]
+        return [TextChunk(json.dumps(value["answer"]))]
 
     def _take_usage(self, usage: Any) -> None:
         """The counts `usage` has (a missing or null one keeps the earlier count)."""
@@ -262,6 +319,13 @@ class StreamDecoder:
             case "text":
                 text = getattr(block, "text", "") or ""
                 return [TextChunk(text)] if text else []
+            case "tool_use" if self._format is not None and block.name == self._format.name:
+                self._answered = True
+                self._held.clear()
+                self._answer_index = index
+                initial = getattr(block, "input", None)
+                self._answer = [json.dumps(initial)] if initial else []
+                return []
             case "tool_use":
                 call_id = str(block.id)
                 self._tool_ids[index] = call_id
@@ -277,6 +341,9 @@ class StreamDecoder:
         match getattr(delta, "type", None):
             case "text_delta":
                 return [TextChunk(delta.text)] if delta.text else []
+            case "input_json_delta" if index == self._answer_index:
+                self._answer.append(delta.partial_json or "")
+                return []
             case "input_json_delta":
                 call_id = self._tool_ids.get(index)
                 if call_id is None or not delta.partial_json:
@@ -300,6 +367,7 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
     }
     if system:
         params["system"] = "\n\n".join(system)
+    answer = request.response_format
     if request.tools:
         params["tools"] = [
             {"name": t.name, "description": t.description, "input_schema": t.parameters_schema}
@@ -307,7 +375,7 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
         ]
         params["tool_choice"] = tool_choice(request.tool_choice)
     else:
-        used = _tool_names_used(messages)
+        used = [n for n in _tool_names_used(messages) if answer is None or n != answer.name]
         if used:
             params["tools"] = [
                 {
@@ -318,7 +386,28 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
                 for name in used
             ]
             params["tool_choice"] = {"type": "none"}
+    if answer is not None:
+        params.setdefault("tools", []).append(answer_tool(answer))
+        if not request.tools or request.tool_choice == "none":
+            params["tool_choice"] = {"type": "tool", "name": answer.name}
     return params
+
+
+def answer_tool(response_format: ResponseFormat) -> dict[str, Any]:
+    """The tool whose input is the final answer (Anthropic has no response_format). Its
+    input_schema must be an object's: any other schema is wrapped as {"answer": …}."""
+    schema: dict[str, Any] = response_format.schema
+    if _wraps(response_format):
+        schema = {"type": "object", "properties": {"answer": schema}, "required": ["answer"]}
+    return {
+        "name": response_format.name,
+        "description": "Give your final answer with this tool: its input is the answer.",
+        "input_schema": schema,
+    }
+
+
+def _wraps(response_format: ResponseFormat) -> bool:
+    return response_format.schema.get("type") != "object"
 
 
 def tool_choice(choice: str) -> dict[str, str]:

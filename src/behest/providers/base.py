@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from behest.domain.messages import Message
+from behest.domain.output import ResponseFormat
 from behest.domain.runs import FinishReason, TokenUsage
 
 
@@ -32,6 +33,9 @@ class ModelRequest:
     call_number: int = 1
     # "answer" for the agent loop's calls, "summary" for a compaction's summary call.
     purpose: str = "answer"
+    # Structured output: the final answer must be JSON that fits this (runs/structured.py
+    # checks it); each provider asks for it its own way.
+    response_format: ResponseFormat | None = None
 
 
 @dataclass(frozen=True, slots=True)

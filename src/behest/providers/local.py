@@ -1,12 +1,13 @@
 """The offline, deterministic `local` provider: `echo` and a JSON-scripted `script` model.
 
-`echo` answers with the text of the last user message, one word per chunk. Its summary calls
-(compaction) answer `summarise(text)`: the count of lines and each line's first six words;
-`script` refuses to summarise, which makes a compaction fail on purpose.
+`echo` answers with the text of the run's input (its first user message), one word per
+chunk. Its summary calls (compaction) answer `summarise(text)`: the count of lines and each
+line's first six words; `script` refuses to summarise, which makes a compaction fail on purpose.
 
-`script` reads the last user message as `{"steps": [...]}` and plays `steps[N-1]` on the
-run's N-th model call (retries count, so an error step followed by a text step exercises a
-retry); once the steps run out it answers "done". A step's fields, all optional:
+`script` reads the run's input as `{"steps": [...]}` and plays `steps[N-1]` on the run's N-th
+model call (retries count, so an error step followed by a text step exercises a retry; so does
+the repair of a structured answer, so a step of invalid JSON text followed by one of valid JSON
+plays a repaired answer); once the steps run out it answers "done". A step's fields, all optional:
 
     text          str     streamed one word per chunk
     deltas        int     then that many chunks "w1 ", "w2 ", … (long runs, small input);
@@ -134,7 +135,7 @@ class LocalProvider:
     async def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
         """Stream one model call's deltas; the last one is `Finished`."""
         self.check_model(request.model)
-        last_user = _last_user_text(request.messages)
+        last_user = _run_input(request.messages)
         if request.purpose == "summary" and request.model == "script":
             # A deterministic way to make compaction fail (tests of the circuit breaker).
             raise PermanentProviderError(self.name, "model 'script' does not summarise")
@@ -304,11 +305,13 @@ def _within(value: object, maximum: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= maximum
 
 
-def _last_user_text(messages: list[Message]) -> str:
-    for message in reversed(messages):
-        if message.role == Role.USER:
-            return message.text
-    return ""
+def _run_input(messages: list[Message]) -> str:
+    """The text of the run's input: the first user message of the run of the last one (a
+    run's later user messages are behest's, e.g. the repair of a structured answer)."""
+    last = next((m for m in reversed(messages) if m.role == Role.USER), None)
+    if last is None:
+        return ""
+    return next(m.text for m in messages if m.role == Role.USER and m.run_id == last.run_id)
 
 
 def _say(what: str, request: ModelRequest) -> str:

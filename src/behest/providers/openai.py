@@ -14,6 +14,11 @@ attempt. Vendor quirks handled here:
   Cache writes are not split out: they stay in the input tokens.
 - A 429 whose code is `insufficient_quota` will not pass by waiting: it is permanent. Other
   429s are RateLimited (transient); 401 and 403 are ProviderAuthErrors.
+- Structured output is `response_format: {"type": "json_schema", "json_schema": {name,
+  schema}}` on every call of the run. A server that refuses it naming response_format
+  (llama-cpp-python's: a 500 "Input should be 'text' or 'json_object'") is asked again at once
+  with `{"type": "json_object", "schema": …}`, which it turns into a grammar; that choice is
+  kept for the model.
 """
 
 from __future__ import annotations
@@ -83,6 +88,9 @@ class OpenAIProvider:
         )
         # Models that refused `max_tokens` and want `max_completion_tokens` instead.
         self._completion_tokens_models: set[str] = set()
+        # Models whose server refused response_format json_schema and takes llama-cpp-python's
+        # {"type": "json_object", "schema": …} instead.
+        self._json_object_models: set[str] = set()
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
@@ -104,14 +112,28 @@ class OpenAIProvider:
         yield reader.finished(self.name)
 
     async def _create(self, request: ModelRequest) -> openai.AsyncStream[ChatCompletionChunk]:
-        completion_tokens = request.model in self._completion_tokens_models
-        try:
-            return await self._post(request_body(request, completion_tokens=completion_tokens))
-        except openai.BadRequestError as exc:
-            if completion_tokens or not _rejects_max_tokens(exc) or not request.max_output_tokens:
-                raise
-        self._completion_tokens_models.add(request.model)
-        return await self._post(request_body(request, completion_tokens=True))
+        """Post the request; a refused `max_tokens` or response_format is asked again at once
+        in the form the model takes (once each, remembered for the model)."""
+        while True:
+            completion_tokens = request.model in self._completion_tokens_models
+            json_object = request.model in self._json_object_models
+            body = request_body(
+                request, completion_tokens=completion_tokens, json_object=json_object
+            )
+            try:
+                return await self._post(body)
+            except openai.APIStatusError as exc:
+                if (
+                    not completion_tokens
+                    and request.max_output_tokens
+                    and isinstance(exc, openai.BadRequestError)
+                    and _rejects_max_tokens(exc)
+                ):
+                    self._completion_tokens_models.add(request.model)
+                elif not json_object and request.response_format and _rejects_json_schema(exc):
+                    self._json_object_models.add(request.model)
+                else:
+                    raise
 
     async def _post(self, body: dict[str, Any]) -> openai.AsyncStream[ChatCompletionChunk]:
         create = cast(Any, self._client.chat.completions.create)
@@ -164,8 +186,11 @@ class OpenAIProvider:
 # --- request mapping --------------------------------------------------------------------
 
 
-def request_body(request: ModelRequest, *, completion_tokens: bool = False) -> dict[str, Any]:
-    """The JSON body of a streamed chat completion for `request`."""
+def request_body(
+    request: ModelRequest, *, completion_tokens: bool = False, json_object: bool = False
+) -> dict[str, Any]:
+    """The JSON body of a streamed chat completion for `request`; `json_object`: its response
+    format in llama-cpp-python's form."""
     body: dict[str, Any] = {
         "model": request.model,
         "messages": chat_messages(request),
@@ -188,6 +213,18 @@ def request_body(request: ModelRequest, *, completion_tokens: bool = False) -> d
     if request.max_output_tokens:
         field_name = "max_completion_tokens" if completion_tokens else "max_tokens"
         body[field_name] = request.max_output_tokens
+    if request.response_format is not None and json_object:
+        body["response_format"] = {"type": "json_object", "schema": request.response_format.schema}
+    elif request.response_format is not None:
+        # Not strict: strict mode refuses most schemas (every property required, no
+        # additionalProperties); behest validates the answer itself.
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": request.response_format.name,
+                "schema": request.response_format.schema,
+            },
+        }
     return body
 
 
@@ -354,6 +391,12 @@ def _rejects_max_tokens(exc: openai.BadRequestError) -> bool:
     return exc.param == "max_tokens" or (
         "max_tokens" in message and "max_completion_tokens" in message
     )
+
+
+def _rejects_json_schema(exc: openai.APIStatusError) -> bool:
+    """The server refused response_format {"type": "json_schema"} (llama-cpp-python answers
+    500 "… response_format … Input should be 'text' or 'json_object'")."""
+    return exc.status_code in (400, 422, 500) and "response_format" in _provider_message(exc)
 
 
 def _cause(exc: openai.OpenAIError) -> BaseException | None:

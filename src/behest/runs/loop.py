@@ -27,7 +27,7 @@ from behest.providers.base import ModelRequest, Provider, ToolDefinition
 from behest.providers.config import ProviderConfig
 from behest.providers.guard import guarded_stream
 from behest.providers.retry import reason, with_retries
-from behest.runs import compaction
+from behest.runs import compaction, structured
 from behest.runs.budget import Budget, DailyCaps
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
@@ -37,7 +37,7 @@ from behest.runs.sub_runs import SPAWN_TOOL, SubRuns
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn, TurnAssembler
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
-from behest.store.base import AppendMessage, Store
+from behest.store.base import AppendMessage, SetRunOutput, Store
 from behest.telemetry import current, messages_content, output_content, span
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
@@ -177,7 +177,10 @@ class AgentLoop:
             await self._persist(turn)
             await self._budget.after_usage()
             if not turn.calls:
-                return Outcome(turn.finish_reason, progress.iteration, progress.usage)
+                outcome = await self._final(turn.text)
+                if outcome is not None:
+                    return outcome
+                continue  # a repair of the answer: the next iteration
             await self._budget.before_tools()
             await self._check_doom_loop(turn.calls)
             waiting = await self._waits.hold(turn.calls, self._offered)
@@ -221,7 +224,7 @@ class AgentLoop:
                 return None
         answer = next(m for m in reversed(mine) if m.role == Role.ASSISTANT)
         if not answer.tool_calls:
-            return Outcome(progress.finish_reason, progress.iteration, progress.usage)
+            return await self._final(answer.text)
         calls = list(answer.tool_calls)
         waiting = None
         if snapshot.status == RunStatus.PERSISTING:  # stopped before its calls were held
@@ -231,6 +234,37 @@ class AgentLoop:
         if waiting is not None:
             return waiting
         await self._finish_calls(calls, snapshot)
+        return None
+
+    async def _final(self, answer: str) -> Outcome | None:
+        """The model answered without tool calls: how the run ends, unless the answer does not
+        fit the run's response format and is to be repaired (None: the repair is asked)."""
+        progress = self.progress
+        outcome = Outcome(progress.finish_reason, progress.iteration, progress.usage)
+        response_format = self._run.response_format
+        if response_format is None:
+            return outcome
+        checked = structured.check(answer, response_format)
+        if checked.output is not None:
+            # Durable before the run ends: RunCompleted never comes without its output.
+            await (await self._log.emit(state=[SetRunOutput(self._run.id, checked.output)]))
+            return outcome
+        mine = progress.mine()
+        if mine[-1].role == Role.USER:  # resumed after the repair was asked
+            return None
+        repairs = sum(1 for m in mine if m.role == Role.USER) - 1  # the first is the input
+        if repairs >= structured.MAX_REPAIRS:
+            await self._log.emit(ev.OutputRejected(checked.problem, repairing=False))
+            raise RunStopped(
+                structured.failure(response_format, checked.problem), FailureCode.INVALID_OUTPUT
+            )
+        repair = progress.message(
+            Role.USER, structured.repair_prompt(response_format, checked.problem)
+        )
+        await self._log.emit(
+            ev.OutputRejected(checked.problem, repairing=True), state=[AppendMessage(repair)]
+        )
+        progress.remember(repair)
         return None
 
     async def _finish_calls(self, calls: list[ToolCall], snapshot: Snapshot) -> None:
@@ -361,6 +395,7 @@ class AgentLoop:
             instructions=self._run.instructions,
             max_output_tokens=max_output_tokens,
             call_number=self.progress.model_calls,
+            response_format=self._run.response_format,
         )
         turn = TurnAssembler(self._log, coalesce_text=self._limits.coalesce_text_deltas)
         idle = self._timeout_s

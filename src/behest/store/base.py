@@ -51,6 +51,14 @@ class UpdateRun:
 
 
 @dataclass(frozen=True, slots=True)
+class SetRunOutput:
+    """Stores a run's final answer that fitted its response format (compact JSON text)."""
+
+    run_id: str
+    output: str
+
+
+@dataclass(frozen=True, slots=True)
 class PutSnapshot:
     snapshot: Snapshot
 
@@ -148,6 +156,7 @@ Write = (
     AppendEvent
     | AppendMessage
     | UpdateRun
+    | SetRunOutput
     | PutSnapshot
     | DeleteSnapshot
     | ClearToolResults

@@ -173,7 +173,11 @@ class AsyncWriter:
             driver = raw.dbapi_connection.driver_connection  # type: ignore[union-attr]
             try:
                 await driver.execute(sql, *(params[name] for name in names))
-            except _CONNECTION_ERRORS as exc:
+            except Exception as exc:
+                # Gone, or left mid-operation by the server's goodbye (asyncpg's protocol
+                # then refuses the next operation: InternalClientError).
+                if not (isinstance(exc, _CONNECTION_ERRORS) or driver.is_closed()):
+                    raise
                 await conn.invalidate()
                 raise ConnectionLost(describe(exc)) from exc
 
@@ -191,6 +195,7 @@ _CONNECTION_ERRORS = (
     asyncpg.InterfaceError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InternalClientError,
 )
 
 

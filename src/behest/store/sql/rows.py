@@ -11,6 +11,7 @@ from typing import Any
 
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
+from behest.domain.output import ResponseFormat
 from behest.domain.runs import Cancel, FinishReason, Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import CancelSource, FailureCode, Money, RunBudget
@@ -27,6 +28,10 @@ NO_WAITS_COLUMNS: Mapping[str, Any] = MappingProxyType(
         "approval_timeout_s": 0,
         "client_tool_timeout_s": 0,
     }
+)
+# The columns of a run without a response format (nearly every run), likewise.
+NO_FORMAT_COLUMNS: Mapping[str, Any] = MappingProxyType(
+    {"response_format_name": "", "response_format_schema": "", "output": None}
 )
 NO_BUDGET = RunBudget()
 # The columns of NO_BUDGET, likewise.
@@ -77,7 +82,26 @@ def run_from_row(row: Any) -> Run:
         parent_run_id=row.parent_run_id or "",
         depth=row.depth,
         cancel_request=cancel_from_row(row),
+        response_format=response_format_from_row(row),
+        output=row.output,
     )
+
+
+def response_format_to_columns(value: ResponseFormat | None) -> Mapping[str, Any]:
+    """The runs columns of a new run's response format (no output yet)."""
+    if value is None:
+        return NO_FORMAT_COLUMNS
+    return {
+        "response_format_name": value.name,
+        "response_format_schema": value.schema_text,
+        "output": None,
+    }
+
+
+def response_format_from_row(row: Any) -> ResponseFormat | None:
+    if not row.response_format_name:
+        return None
+    return ResponseFormat(row.response_format_name, json.loads(row.response_format_schema))
 
 
 def cancel_from_row(row: Any) -> Cancel | None:

@@ -106,6 +106,12 @@ runs = sa.Table(
     sa.Column("cancel_by", sa.String(200), nullable=False, server_default=""),
     sa.Column("cancel_reason", sa.Text, nullable=False, server_default=""),
     sa.Column("cancel_source", sa.SmallInteger, nullable=False, server_default="0"),
+    # Structured output (migration 0012): the format the final answer must fit ('' and '':
+    # none; the schema as compact JSON text), and the answer that fitted, as compact JSON
+    # text (NULL: none).
+    sa.Column("response_format_name", sa.String(64), nullable=False, server_default=""),
+    sa.Column("response_format_schema", sa.Text, nullable=False, server_default=""),
+    sa.Column("output", sa.Text, nullable=True),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.

@@ -24,6 +24,7 @@ from behest.store.base import (
     PutSnapshot,
     ReleaseRun,
     RequestInput,
+    SetRunOutput,
     UpdateRun,
     Write,
 )
@@ -64,6 +65,11 @@ _UPDATE_RUNS = (
         updated_at=sa.bindparam("b_now"),
     )
 )
+_SET_OUTPUTS = (
+    sa.update(t.runs)
+    .where(t.runs.c.id == sa.bindparam("b_id"), *(t.runs.c.status != s for s in TERMINAL))
+    .values(output=sa.bindparam("b_output"))
+)
 _END_SESSIONS_RUNS = (
     sa.update(t.sessions)
     .where(t.sessions.c.active_run_id.in_(sa.bindparam("b_ended", expanding=True)))
@@ -102,6 +108,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     calls: list[dict[str, Any]] = []
     releases: list[dict[str, Any]] = []
     expiries: list[tuple[str, str]] = []
+    outputs: list[dict[str, Any]] = []
     for write in writes:
         match write:
             case AppendEvent(event):
@@ -115,6 +122,8 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
                 earlier = run_updates.get(write.run_id)
                 if earlier is None or not earlier.status.is_terminal:
                     run_updates[write.run_id] = write
+            case SetRunOutput(run_id, output):
+                outputs.append({"b_id": run_id, "b_output": output})
             case PutSnapshot(saved):
                 snapshots[saved.run_id] = saved
             case DeleteSnapshot(run_id):
@@ -132,6 +141,8 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     for clear in clears:  # one by one, in order: a later prune of a session wins
         conn.execute(_CLEAR_TOOL_RESULTS, clear)
     _execute(conn, _INSERT_PENDING_CALLS, calls)
+    # Before the runs' updates: a step that ends a run may carry its output.
+    _execute(conn, _SET_OUTPUTS, outputs)
     update_runs(conn, list(run_updates.values()))
     _execute(conn, _RELEASE_RUNS, releases)
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.

@@ -7,6 +7,7 @@ from behest._proto.agent.v1 import common_pb2 as _common_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -50,6 +51,10 @@ class _FailureCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureCo
     """Its provider or model is no longer configured."""
     FAILURE_CODE_INTERNAL: _FailureCode.ValueType  # 12
     """Anything else; the error names a trace id to find it in the log."""
+    FAILURE_CODE_INVALID_OUTPUT: _FailureCode.ValueType  # 13
+    """Added in behest 0.7. The final answer did not fit the run's response_format, also after
+    the one repair attempt (the error names the problem).
+    """
 
 class FailureCode(_FailureCode, metaclass=_FailureCodeEnumTypeWrapper):
     """Added in behest 0.6: why a run failed."""
@@ -77,6 +82,10 @@ FAILURE_CODE_CONFIGURATION: FailureCode.ValueType  # 11
 """Its provider or model is no longer configured."""
 FAILURE_CODE_INTERNAL: FailureCode.ValueType  # 12
 """Anything else; the error names a trace id to find it in the log."""
+FAILURE_CODE_INVALID_OUTPUT: FailureCode.ValueType  # 13
+"""Added in behest 0.7. The final answer did not fit the run's response_format, also after
+the one repair attempt (the error names the problem).
+"""
 Global___FailureCode: _TypeAlias = FailureCode  # noqa: Y015
 
 class _CancelSource:
@@ -215,6 +224,7 @@ class AgentEvent(_message.Message):
     BUDGET_EXCEEDED_FIELD_NUMBER: _builtins.int
     SUB_RUN_STARTED_FIELD_NUMBER: _builtins.int
     SUB_RUN_FINISHED_FIELD_NUMBER: _builtins.int
+    OUTPUT_REJECTED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -285,6 +295,10 @@ class AgentEvent(_message.Message):
     @_builtins.property
     def sub_run_finished(self) -> Global___SubRunFinishedEvent: ...
     @_builtins.property
+    def output_rejected(self) -> Global___OutputRejectedEvent:
+        """Added in behest 0.7: a final answer did not fit the run's response_format."""
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -317,15 +331,16 @@ class AgentEvent(_message.Message):
         budget_exceeded: Global___BudgetExceededEvent | None = ...,
         sub_run_started: Global___SubRunStartedEvent | None = ...,
         sub_run_finished: Global___SubRunFinishedEvent | None = ...,
+        output_rejected: Global___OutputRejectedEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1033,6 +1048,68 @@ class SubRunFinishedEvent(_message.Message):
 Global___SubRunFinishedEvent: _TypeAlias = SubRunFinishedEvent  # noqa: Y015
 
 @_typing.final
+class ResponseFormat(_message.Message):
+    """Added in behest 0.7: the final answer a run must give (structured output): JSON that
+    validates against a JSON Schema. behest checks the answer before RunCompleted; an answer
+    that does not fit gets one repair attempt, then the run fails (FAILURE_CODE_INVALID_OUTPUT).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    JSON_SCHEMA_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """1 to 64 letters, digits, '_' or '-'; empty means "final_answer". OpenAI sees it as the
+    schema's name, Anthropic as the name of the tool that carries the answer (so it must not
+    be the name of a tool the run may use).
+    """
+    json_schema: _builtins.str
+    """The JSON Schema (draft 2020-12) of the answer, as JSON text: an object, at most 64 KiB and
+    64 levels deep; only local references ("$ref": "#/...").
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        json_schema: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["json_schema", b"json_schema", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResponseFormat: _TypeAlias = ResponseFormat  # noqa: Y015
+
+@_typing.final
+class OutputRejectedEvent(_message.Message):
+    """Added in behest 0.7: the run's final answer did not fit its response_format."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    REPAIRING_FIELD_NUMBER: _builtins.int
+    error: _builtins.str
+    """What was wrong, e.g. "the answer does not match the schema at /answer: 'x' is not of type
+    'integer'".
+    """
+    repairing: _builtins.bool
+    """True: the model is asked once more (a new iteration); false: the run fails."""
+    def __init__(
+        self,
+        *,
+        error: _builtins.str = ...,
+        repairing: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "repairing", b"repairing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputRejectedEvent: _TypeAlias = OutputRejectedEvent  # noqa: Y015
+
+@_typing.final
 class RunRecord(_message.Message):
     """A run as stored."""
 
@@ -1062,6 +1139,7 @@ class RunRecord(_message.Message):
     BUDGET_FIELD_NUMBER: _builtins.int
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
+    RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
@@ -1105,6 +1183,10 @@ class RunRecord(_message.Message):
     def total_cost(self) -> _common_pb2.Cost: ...
     @_builtins.property
     def budget(self) -> Global___RunBudget: ...
+    @_builtins.property
+    def response_format(self) -> Global___ResponseFormat:
+        """Added in behest 0.7: the run's response_format as given (name defaulted); unset if none."""
+
     def __init__(
         self,
         *,
@@ -1132,10 +1214,11 @@ class RunRecord(_message.Message):
         budget: Global___RunBudget | None = ...,
         parent_run_id: _builtins.str = ...,
         allow_sub_agents: _builtins.bool = ...,
+        response_format: Global___ResponseFormat | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "response_format", b"response_format", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "response_format", b"response_format", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1154,6 +1237,7 @@ class RunOutput(_message.Message):
     TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     TOTAL_COST_FIELD_NUMBER: _builtins.int
+    STRUCTURED_OUTPUT_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     session_id: _builtins.str
     iterations: _builtins.int
@@ -1168,6 +1252,12 @@ class RunOutput(_message.Message):
     def total_cost(self) -> _common_pb2.Cost:
         """Added in behest 0.6. What the run cost, when its model's prices are configured."""
 
+    @_builtins.property
+    def structured_output(self) -> _struct_pb2.Value:
+        """Added in behest 0.7. The final answer parsed as JSON, for a run with a response_format
+        that completed (it validated against the schema); unset otherwise. Numbers are doubles.
+        """
+
     def __init__(
         self,
         *,
@@ -1178,10 +1268,11 @@ class RunOutput(_message.Message):
         total_usage: _common_pb2.TokenUsage | None = ...,
         messages: _abc.Iterable[_common_pb2.Message] | None = ...,
         total_cost: _common_pb2.Cost | None = ...,
+        structured_output: _struct_pb2.Value | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["structured_output", b"structured_output", "total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "iterations", b"iterations", "messages", b"messages", "run_id", b"run_id", "session_id", b"session_id", "total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "iterations", b"iterations", "messages", b"messages", "run_id", b"run_id", "session_id", b"session_id", "structured_output", b"structured_output", "total_cost", b"total_cost", "total_usage", b"total_usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1210,6 +1301,7 @@ class CreateRunRequest(_message.Message):
     CLIENT_TOOL_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
     ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
+    RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -1267,6 +1359,12 @@ class CreateRunRequest(_message.Message):
         defaults (settings).
         """
 
+    @_builtins.property
+    def response_format(self) -> Global___ResponseFormat:
+        """Added in behest 0.7. The final answer must be JSON that validates against this schema
+        (structured output); GetRunOutput returns it parsed, as structured_output.
+        """
+
     def __init__(
         self,
         *,
@@ -1287,10 +1385,11 @@ class CreateRunRequest(_message.Message):
         client_tool_timeout_s: _builtins.int = ...,
         budget: Global___RunBudget | None = ...,
         allow_sub_agents: _builtins.bool = ...,
+        response_format: Global___ResponseFormat | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "response_format", b"response_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "response_format", b"response_format", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
