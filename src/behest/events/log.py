@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0
 # …and this seldom while the replicas' channel is up (a safety net only).
 QUIET_POLL_S = 30.0
+# Creations committed beside the writer at once, at most (Store.creations_apart).
+CREATIONS_APART_MAX = 4
 
 
 @dataclass(slots=True)
@@ -75,6 +77,7 @@ class EventLog:
         self.notifier = Notifier()
         self._metrics = metrics if metrics is not None else current().metrics
         self._published = 0  # events published since the last commit was measured
+        self._apart = 0  # creations committing beside the writer (see create)
         # How long a reader waits before it asks the store: commits of other processes are
         # seen then, unless the replicas' channel tells of them (see remote_state).
         self.poll_s = POLL_S
@@ -230,10 +233,21 @@ class EventLog:
         outcome and the first step's writes (none if the run already existed).
 
         Creations go to the front of the queue: a new run has no earlier steps to stay
-        behind, and its caller waits for it, while queued deltas wait for no one.
+        behind, and its caller waits for it, while queued deltas wait for no one. Where the
+        store commits them apart (`Store.creations_apart`), they do not queue at all.
         """
         step = _Step([], [], new_run=new_run)
-        await self._enqueue(step, first=True)
+        if self._store.creations_apart and self._apart < CREATIONS_APART_MAX:
+            # A store that takes concurrent transactions and creates in one statement
+            # (PostgreSQL): the creation need not wait for the batch in flight. A burst of
+            # them beyond a few is grouped by the writer as before (one statement each batch).
+            self._apart += 1
+            try:
+                await self._commit([step])
+            finally:
+                self._apart -= 1
+        else:
+            await self._enqueue(step, first=True)
         created: tuple[CreatedRun, list[Write]] = await asyncio.shield(step.done)
         return created
 

@@ -179,6 +179,12 @@ class Store(Protocol):
     it in requests and the loop replaces it in messages.
     """
 
+    @property
+    def creations_apart(self) -> bool:
+        """Whether run creations are best committed on their own, beside the event log's
+        batches (PostgreSQL: concurrent transactions, and a creation is one statement)."""
+        ...
+
     async def start(self) -> None:
         """Connect and bring the schema up to date."""
         ...

@@ -88,6 +88,10 @@ class SqlStore:
         self._engines: Engines | None = None
 
     @property
+    def creations_apart(self) -> bool:
+        return self._postgres
+
+    @property
     def engines(self) -> Engines:
         assert self._engines is not None, "SqlStore.start() was not called"
         return self._engines
