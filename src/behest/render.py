@@ -24,7 +24,8 @@ class EventPrinter:
 
     A call the run waits for is shown with how to answer it (on `err`): `behest answer` for
     a client tool, `behest approve` for an approval unless `approval_hints` is off (the
-    command asks at the terminal instead)."""
+    command asks at the terminal instead). The model's reasoning goes to `err`, after
+    "thinking: " (dimmed on a terminal), so `out` carries the answer alone."""
 
     def __init__(self, out: TextIO, err: TextIO, *, approval_hints: bool = True) -> None:
         self.out = out
@@ -35,12 +36,19 @@ class EventPrinter:
         self.exit_code: int | None = None  # set by the terminal event
         self._iterations: set[int] = set()
         self._at_line_start = True
+        self._thinking = False  # a line of reasoning is open on `err`
 
     def render(self, event: run_pb2.AgentEvent) -> None:
         """Print one event."""
         self.run_id = event.run_id or self.run_id
         self.last_sequence = max(self.last_sequence, event.sequence)
-        match event.WhichOneof("event"):
+        kind = event.WhichOneof("event")
+        if kind == "reasoning_delta":
+            self._think(event.reasoning_delta.delta)
+            return
+        if self._thinking:
+            self._think_end()
+        match kind:
             case "run_started":
                 started = event.run_started
                 print(f"run {event.run_id}  session {started.session_id}", file=self.err)
@@ -146,6 +154,21 @@ class EventPrinter:
                 status = common_pb2.RunStatus.Name(done.status).removeprefix("RUN_STATUS_")
                 self._line(f"← sub-agent run {done.child_run_id} {status.lower()}")
 
+    def _think(self, text: str) -> None:
+        if not self._thinking:
+            self._thinking = True
+            if not self._at_line_start:
+                self._write("\n")
+            text = "thinking: " + text
+        dim = _isatty(self.err)
+        self.err.write(f"\033[2m{text}\033[0m" if dim else text)
+        self.err.flush()
+
+    def _think_end(self) -> None:
+        self._thinking = False
+        self.err.write("\n")
+        self.err.flush()
+
     def _hint(self, text: str) -> None:
         print(f"  {text}", file=self.err)
         self.err.flush()
@@ -158,6 +181,13 @@ class EventPrinter:
 
     def _line(self, text: str) -> None:
         self._write(("" if self._at_line_start else "\n") + text + "\n")
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _code(code: run_pb2.FailureCode.ValueType) -> str:

@@ -83,9 +83,9 @@ RUN_RPCS = (
     "ListPendingCalls",
     "ListRunEvents",
 )
-# CreateRun fields that make a run wait (or, response_format, want a structured answer), which
-# name their recipes.
-WAIT_OPTIONS = ("approval_required_tools", "client_tools", "response_format")
+# CreateRun fields that make a run wait (or, response_format, want a structured answer;
+# reasoning, a reasoning model's setting), which name their recipes.
+WAIT_OPTIONS = ("approval_required_tools", "client_tools", "response_format", "reasoning")
 WAIT_EVENTS = (
     "approval_requested",
     "approval_resolved",
@@ -697,6 +697,29 @@ async def test_a_structured_output_run_is_repaired_once_and_returns_the_parsed_a
     output = await recipes.run("agent.v1.RunService/GetRunOutput", run_id=run_id)
     assert output.code == 0, output.stderr
     assert field(field(output.json(), "output"), "structured_output") == {"answer": 4}
+
+
+REASONING_RECIPE = "agent.v1.RunService/CreateRunStream reasoning"
+
+
+@runs(REASONING_RECIPE)
+async def test_a_reasoning_run_streams_its_reasoning_apart_from_its_answer(
+    recipes: Recipes,
+) -> None:
+    result = await recipes.run(REASONING_RECIPE)  # the doc's script is the point
+    assert result.code == 0, result.stderr
+    events = result.documents()
+    assert_whole_run(events, field(events[0], "run_id"))
+    kinds = [event_kind(e) for e in events]
+    assert kinds[-1] == "run_completed"
+    thoughts = "".join(
+        field(payload(e), "delta") for e in events if event_kind(e) == "reasoning_delta"
+    )
+    answer = "".join(field(payload(e), "delta") for e in events if event_kind(e) == "text_delta")
+    assert (thoughts, answer) == ("two and two make four", "4")
+    assert kinds.index("text_delta") > max(i for i, k in enumerate(kinds) if k == "reasoning_delta")
+    [usage] = [field(payload(e), "usage") for e in events if event_kind(e) == "usage_recorded"]
+    assert field(usage, "reasoning_tokens") == "5"
 
 
 @runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/CancelRun")

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 from google.protobuf.json_format import MessageToDict
 
@@ -19,11 +20,14 @@ from tests.fakes.anthropic_fake import (
     error_reply,
     message_end,
     message_start,
+    redacted_thinking_block,
     sse_event,
     stream_error_reply,
     text_block,
     text_reply,
+    thinking_block,
     tool_reply,
+    tool_use_block,
 )
 from tests.fakes.sse_server import Reply
 from tests.support import (
@@ -511,3 +515,93 @@ async def test_an_answer_tool_input_that_does_not_fit_is_repaired_in_plain_turns
     assert messages[1]["content"] == [{"type": "text", "text": '{"answer": "three"}'}]
     assert "is not of type 'integer'" in messages[2]["content"][0]["text"]
     assert await structured_output(server, events[0].run_id) == {"answer": 3}
+
+
+THINKER = "claude-thinker"
+
+
+@pytest.fixture
+async def thinking_server(
+    tmp_path: Path, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Server]:
+    """A server whose model may think: max_output_tokens above the least thinking budget."""
+    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", KEY)
+    table = {
+        "type": "anthropic",
+        "base_url": fake.url,
+        "api_key_env": "FAKE_ANTHROPIC_KEY",
+        "timeout_s": 5,
+        "models": {THINKER: {"context_window": 200000, "max_output_tokens": 8192}},
+    }
+    settings = fast_settings(tmp_path, coalesce_text_deltas=ONE_EVENT_PER_CHUNK).with_tables(
+        {"providers": {PROVIDER: table}}, source="test"
+    )
+    running = await start_server(settings)
+    try:
+        yield running
+    finally:
+        await stop_server(running)
+
+
+async def test_thinking_is_asked_streamed_apart_and_its_blocks_sent_back_exactly(
+    thinking_server: Server, fake: FakeAnthropic
+) -> None:
+    signature = "EqQBCkgIARABGAIiQL2kZ3+signature/with+odd=chars=="
+    first = [
+        message_start(40),
+        *thinking_block(0, ["Let me ", "use the calculator."], signature),
+        *redacted_thinking_block(1, "EmwKAhgBEgy3va3pzix/redacted=="),
+        *tool_use_block(2, "toolu_01", "calculator", ['{"expression": ', '"2+2"}']),
+        *message_end("tool_use", 30),
+    ]
+    second = [
+        message_start(60),
+        *thinking_block(0, ["It is 4."], "sig2"),
+        *text_block(1, ["Four."]),
+        *message_end("end_turn", 12),
+    ]
+    fake.push(Reply(events=tuple(first)), Reply(events=tuple(second)))
+    request = create_request(
+        "What is 2+2?",
+        provider=PROVIDER,
+        model=THINKER,
+        reasoning=pb.Reasoning(budget_tokens=2048),
+    )
+    request.tools.append("calculator")
+    events = await collect(thinking_server.runs.CreateRunStream(request))
+    assert kind(events[-1]) == "run_completed", events[-1]
+    thoughts = [e.reasoning_delta.delta for e in events if kind(e) == "reasoning_delta"]
+    assert thoughts == ["Let me ", "use the calculator.", "It is 4."]
+    assert text_after_last_start(events) == "Four."
+    sent = [json.loads(r.body) for r in fake.requests]
+    assert sent[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert sent[0]["max_tokens"] > 2048
+    assistant = [m for m in sent[1]["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["content"][:2] == [
+        {"type": "thinking", "thinking": "Let me use the calculator.", "signature": signature},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/redacted=="},
+    ]
+    assert assistant[0]["content"][2]["type"] == "tool_use"
+    # The answer's text holds no thinking.
+    output = (
+        await thinking_server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=events[0].run_id))
+    ).output
+    texts = [part.text.text for m in output.messages for part in m.content]
+    assert "Let me" not in " ".join(texts)
+    assert texts[-1] == "Four."
+    record = (await thinking_server.runs.GetRun(pb.GetRunRequest(run_id=events[0].run_id))).run
+    assert record.reasoning.budget_tokens == 2048
+
+
+async def test_a_thinking_budget_at_or_above_max_output_is_invalid(
+    thinking_server: Server,
+) -> None:
+    for budget, words in ((8192, "below the model's max_output_tokens"), (1000, "at least 1024")):
+        request = create_request(
+            "hi", provider=PROVIDER, model=THINKER, reasoning=pb.Reasoning(budget_tokens=budget)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await thinking_server.runs.CreateRun(request)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "reasoning.budget_tokens" in (caught.value.details() or "")
+        assert words in (caught.value.details() or "")

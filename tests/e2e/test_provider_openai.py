@@ -16,7 +16,7 @@ from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
-from tests.fakes.openai_fake import FakeOpenAI, error, text, tool_calls
+from tests.fakes.openai_fake import FakeOpenAI, error, reasoning, text, tool_calls
 from tests.fakes.sse_server import Event, Reply
 from tests.support import Server, collect, create_request, fast_settings, start_server, stop_server
 
@@ -502,3 +502,27 @@ async def test_a_server_refusing_json_schema_is_asked_with_json_object_once_for_
     assert json.loads(fake.requests[2].body)["response_format"]["type"] == "json_object"
     output = await server.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=second[0].run_id))
     assert MessageToDict(output.output.structured_output) == {"answer": 4}
+
+
+async def test_reasoning_effort_is_sent_and_reasoning_content_streams_apart(
+    server: Server, fake: FakeOpenAI
+) -> None:
+    fake.push(reasoning("add them up", "Three.", usage=(12, 9), reasoning_tokens=6))
+    events = await run(server, reasoning=pb.Reasoning(effort="high"))
+    assert kinds(events)[-1] == "run_completed"
+    assert json.loads(fake.requests[0].body)["reasoning_effort"] == "high"
+    thoughts = [e.reasoning_delta.delta for e in events if e.HasField("reasoning_delta")]
+    assert thoughts == ["add ", "them ", "up"]
+    assert last_answer(events) == "Three."
+    first_text = kinds(events).index("text_delta")
+    assert max(i for i, k in enumerate(kinds(events)) if k == "reasoning_delta") < first_text
+    [usage] = [e.usage_recorded.usage for e in events if e.HasField("usage_recorded")]
+    assert (usage.output_tokens, usage.reasoning_tokens, usage.total_tokens) == (9, 6, 21)
+    record = (await server.runs.GetRun(pb.GetRunRequest(run_id=events[0].run_id))).run
+    assert record.reasoning == pb.Reasoning(effort="high")
+
+
+async def test_no_reasoning_effort_is_sent_unless_asked(server: Server, fake: FakeOpenAI) -> None:
+    fake.push(text("Three."))
+    await run(server)
+    assert "reasoning_effort" not in json.loads(fake.requests[0].body)

@@ -91,6 +91,17 @@ def text_block(index: int, chunks: list[str]) -> list[Event]:
     return block(index, {"type": "text", "text": ""}, text)
 
 
+def thinking_block(index: int, chunks: list[str], signature: str) -> list[Event]:
+    """An extended-thinking block: thinking_delta per chunk, then its signature_delta."""
+    deltas = [{"type": "thinking_delta", "thinking": c} for c in chunks]
+    deltas.append({"type": "signature_delta", "signature": signature})
+    return block(index, {"type": "thinking", "thinking": "", "signature": ""}, deltas)
+
+
+def redacted_thinking_block(index: int, data: str) -> list[Event]:
+    return block(index, {"type": "redacted_thinking", "data": data}, [])
+
+
 def tool_use_block(index: int, call_id: str, name: str, fragments: list[str]) -> list[Event]:
     start = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
     # The API's first input_json_delta of a block carries an empty string.

@@ -50,6 +50,19 @@ def text(
     return stream(chunks, delay_s=delay_s, cut_after=cut_after)
 
 
+def reasoning(
+    thought: str, answer: str, *, usage: tuple[int, int] = (12, 9), reasoning_tokens: int = 0
+) -> Reply:
+    """A reasoning server's answer (DeepSeek, llama.cpp): `delta.reasoning_content` word by
+    word, then the answer's `content`; the usage says `reasoning_tokens`."""
+    chunks = [chunk({"role": "assistant", "content": None, "reasoning_content": ""})]
+    chunks += [chunk({"reasoning_content": w, "content": None}) for w in _WORD.findall(thought)]
+    chunks += [chunk({"content": word}) for word in _WORD.findall(answer)]
+    chunks.append(chunk({}, finish="stop"))
+    chunks.append(usage_chunk(*usage, reasoning=reasoning_tokens))
+    return stream(chunks)
+
+
 def tool_calls(
     *calls: tuple[str, str, str],
     fragment_chars: int = 6,
@@ -111,7 +124,9 @@ def tool_chunk(*fragments: dict[str, Any]) -> dict[str, Any]:
     return chunk({"tool_calls": list(fragments)})
 
 
-def usage_chunk(prompt: int, completion: int, *, cached: int = 0) -> dict[str, Any]:
+def usage_chunk(
+    prompt: int, completion: int, *, cached: int = 0, reasoning: int = 0
+) -> dict[str, Any]:
     """The last chunk of an include_usage stream: no choices, the call's usage.
 
     `cached` prompt tokens came from the prompt cache; the API counts them in prompt_tokens
@@ -122,7 +137,7 @@ def usage_chunk(prompt: int, completion: int, *, cached: int = 0) -> dict[str, A
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0},
     }
     return _envelope([], usage=usage)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from behest.domain.messages import Role, ToolCall
 from behest.store.base import AppendMessage
@@ -97,3 +98,15 @@ async def test_assistant_tool_calls_and_tool_results_round_trip(store: SqlStore)
     )
     assert read[3].is_error is True
     assert [m.role for m in read] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.TOOL, Role.SYSTEM]
+
+
+async def test_an_assistant_messages_reasoning_blocks_are_kept_exactly(store: SqlStore) -> None:
+    run = await create(store)
+    blocks = '[{"type": "thinking", "thinking": "hmm ✓", "signature": "Eq+/sig=="}]'
+    kept = replace(message(run, 0, role=Role.ASSISTANT, text="4"), reasoning_blocks=blocks)
+    await store.apply([AppendMessage(kept), AppendMessage(message(run, 1))])
+
+    read = await store.session_messages(run.session_id)
+
+    assert [m.reasoning_blocks for m in read] == [blocks, ""]
+    assert read[0] == kept

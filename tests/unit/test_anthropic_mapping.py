@@ -15,6 +15,7 @@ import pytest
 from anthropic.types import (
     RawContentBlockDeltaEvent,
     RawContentBlockStartEvent,
+    RawContentBlockStopEvent,
     RawMessageDeltaEvent,
     RawMessageStartEvent,
     RawMessageStopEvent,
@@ -44,6 +45,8 @@ from behest.providers.anthropic import (
 from behest.providers.base import (
     Finished,
     ModelRequest,
+    ReasoningBlock,
+    ReasoningChunk,
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
@@ -342,14 +345,22 @@ def test_no_finished_without_message_stop_and_nothing_after_it() -> None:
     assert feed(decoder, block(0, {"type": "text", "text": "late"}), STOP) == []
 
 
-def test_thinking_deltas_are_ignored() -> None:
+def test_thinking_streams_as_reasoning_and_the_block_is_kept_with_its_signature() -> None:
     deltas = feed(
         StreamDecoder(),
         block(0, {"type": "thinking", "thinking": "", "signature": ""}),
         delta(0, {"type": "thinking_delta", "thinking": "hmm"}),
+        delta(0, {"type": "thinking_delta", "thinking": ", yes"}),
         delta(0, {"type": "signature_delta", "signature": "sig"}),
+        RawContentBlockStopEvent.model_validate({"type": "content_block_stop", "index": 0}),
+        block(1, {"type": "redacted_thinking", "data": "opaque"}),
     )
-    assert deltas == []
+    assert deltas == [
+        ReasoningChunk("hmm"),
+        ReasoningChunk(", yes"),
+        ReasoningBlock({"type": "thinking", "thinking": "hmm, yes", "signature": "sig"}),
+        ReasoningBlock({"type": "redacted_thinking", "data": "opaque"}),
+    ]
 
 
 # --- errors -------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from behest.domain import events as ev
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.messages import Message, ToolCall
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import FinishReason, Run, RunOutput, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, Reasoning, Run, RunOutput, RunStatus, TokenUsage
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, RunBudget, UsageReport
@@ -52,6 +52,7 @@ def usage(value: TokenUsage) -> pb_common.TokenUsage:
         total_tokens=value.total_tokens,
         cached_input_tokens=value.cached_input_tokens,
         cache_write_tokens=value.cache_write_tokens,
+        reasoning_tokens=value.reasoning_tokens,
     )
 
 
@@ -152,7 +153,14 @@ def run_record(run: Run) -> pb.RunRecord:
         parent_run_id=run.parent_run_id,
         allow_sub_agents=run.allow_sub_agents,
         response_format=response_format(run.response_format),
+        reasoning=reasoning(run.reasoning),
     )
+
+
+def reasoning(value: Reasoning | None) -> pb.Reasoning | None:
+    if value is None:
+        return None
+    return pb.Reasoning(effort=value.effort, budget_tokens=value.budget_tokens)
 
 
 def response_format(value: ResponseFormat | None) -> pb.ResponseFormat | None:

@@ -18,7 +18,14 @@ from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.domain.output import DEFAULT_NAME, ResponseFormat, remote_refs
-from behest.domain.runs import RunRequest, RunStatus, ToolChoice
+from behest.domain.runs import (
+    EFFORTS,
+    MIN_THINKING_BUDGET,
+    Reasoning,
+    RunRequest,
+    RunStatus,
+    ToolChoice,
+)
 from behest.domain.spend import MAX_AMOUNT, RunBudget, parse_amount
 from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
 from behest.errors import InvalidArgument, quote
@@ -75,6 +82,10 @@ class Offer(Protocol):
         """Whether the model's prices are configured (a cost budget needs them)."""
         ...
 
+    def max_output_tokens(self, provider: str, model: str) -> int | None:
+        """The model's most output tokens per call, when its settings say."""
+        ...
+
 
 def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offer) -> RunRequest:
     """Validate a CreateRunRequest into the domain's RunRequest, against what is offered."""
@@ -120,6 +131,9 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         spawn = [SPAWN_TOOL] if request.allow_sub_agents else []
         taken = [*(request.tools or known), *client_names, *spawn]
         response_format = run_response_format(request.response_format, taken)
+    reasoning = None
+    if request.HasField("reasoning"):
+        reasoning = run_reasoning(request.reasoning, offer.max_output_tokens(provider, model))
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     return RunRequest(
         session_id=session_id,
@@ -136,7 +150,30 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         budget=budget,
         allow_sub_agents=request.allow_sub_agents,
         response_format=response_format,
+        reasoning=reasoning,
     )
+
+
+def run_reasoning(value: pb.Reasoning, max_output: int | None) -> Reasoning:
+    """A run's reasoning setting: an effort of EFFORTS and/or a thinking budget of at least
+    MIN_THINKING_BUDGET tokens, below the model's max_output_tokens."""
+    if value.effort and value.effort not in EFFORTS:
+        raise InvalidArgument(
+            f"reasoning.effort must be one of {', '.join(EFFORTS)}; got {quote(value.effort)}"
+        )
+    budget = value.budget_tokens
+    if budget and budget < MIN_THINKING_BUDGET:
+        raise InvalidArgument(
+            f"reasoning.budget_tokens must be at least {MIN_THINKING_BUDGET}; got {budget}"
+        )
+    if budget and max_output is not None and budget >= max_output:
+        raise InvalidArgument(
+            f"reasoning.budget_tokens must be below the model's max_output_tokens "
+            f"({max_output}); got {budget}"
+        )
+    if not value.effort and not budget:
+        raise InvalidArgument("reasoning needs effort or budget_tokens (or leave it unset)")
+    return Reasoning(value.effort, budget)
 
 
 def _check_tools(

@@ -36,6 +36,13 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning (thinking); never part of the answer's text."""
+
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStarted:
     call_id: str
     tool_name: str
@@ -216,6 +223,7 @@ Payload = (
     | SubRunStarted
     | SubRunFinished
     | OutputRejected
+    | ReasoningDelta
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -248,6 +256,7 @@ KINDS: dict[type[Payload], str] = {
     SubRunStarted: "sub_run_started",
     SubRunFinished: "sub_run_finished",
     OutputRejected: "output_rejected",
+    ReasoningDelta: "reasoning_delta",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

@@ -42,3 +42,7 @@ class Message:
     is_error: bool = False
     # Set on a compaction summary: it stands for the session's messages up to this position.
     summary_through: int | None = None
+    # An assistant message's reasoning blocks that its provider needs back exactly on later
+    # calls (Anthropic thinking blocks with their signatures, redacted_thinking): JSON text
+    # of a list, as the provider sent them; "" none. Never part of the answer's text.
+    reasoning_blocks: str = ""

@@ -64,6 +64,8 @@ class TokenUsage:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
+    # Output tokens spent reasoning, as the provider reports them: part of output_tokens.
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -80,6 +82,7 @@ class TokenUsage:
             self.output_tokens + other.output_tokens,
             self.cached_input_tokens + other.cached_input_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def cost(self, prices: Prices) -> Money:
@@ -93,6 +96,20 @@ class TokenUsage:
             + self.cache_write_tokens * write
         ) / MILLION
         return Money(amount, prices.currency)
+
+
+EFFORTS = ("low", "medium", "high")
+MIN_THINKING_BUDGET = 1024  # Anthropic's least thinking budget
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """How much a reasoning model should think, per run: `effort` ("low", "medium", "high";
+    "" not sent) is OpenAI's reasoning_effort, `budget_tokens` (0: none) Anthropic's thinking
+    budget."""
+
+    effort: str = ""
+    budget_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +131,8 @@ class RunRequest:
     allow_sub_agents: bool = False
     # Structured output: the final answer must validate against its schema.
     response_format: ResponseFormat | None = None
+    # How much the model should reason (None: the provider's default).
+    reasoning: Reasoning | None = None
     # Set by behest for a sub-agent run (never by a client): its parent, how deep it is.
     parent_run_id: str = ""
     depth: int = 0
@@ -128,6 +147,8 @@ class RunRequest:
             waits.append("sub_agents")
         if self.response_format is not None:
             waits.append(repr([self.response_format.name, self.response_format.schema_text]))
+        if self.reasoning is not None:
+            waits.append(repr(self.reasoning))
         body = json.dumps(
             [
                 self.session_id or "",
@@ -191,6 +212,8 @@ class Run:
     # (compact JSON text; None: none yet, or no format).
     response_format: ResponseFormat | None = None
     output: str | None = None
+    # How much the model should reason (None: the provider's default).
+    reasoning: Reasoning | None = None
 
 
 @dataclass(frozen=True, slots=True)

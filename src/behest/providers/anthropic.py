@@ -25,16 +25,24 @@ Request mapping (behest's normalised ModelRequest → `POST /v1/messages`, `stre
   offered beside them. Its call is the final answer: the decoder turns its input into the
   answer's text and never reports it as a tool call (so it is never run, listed or approved).
 - Tool-call ids are reduced to the characters the API accepts (letters, digits, `_`, `-`).
+- Extended thinking: a run's `reasoning.budget_tokens` → `thinking: {"type": "enabled",
+  "budget_tokens"}`, lowered below `max_tokens` when a budget clamps that (left out when that
+  leaves less than 1024, or when tool_choice forces a tool, which the API refuses with
+  thinking). An assistant message's thinking and redacted_thinking blocks, kept in the
+  transcript as the API sent them (signatures included), are sent back first in its content,
+  unchanged, as the API requires when tools are used.
 
 Stream mapping (raw server-sent events → deltas): `content_block_start` of a `tool_use` block →
 ToolCallBegin; `text_delta` → TextChunk; `input_json_delta` → ToolCallArguments (empty
 fragments skipped); `message_start`/`message_delta` carry usage and the stop reason;
-`message_stop` → the one Finished. Usage keeps the API's split: `input_tokens` (neither read
-from nor written to the prompt cache), `cache_read_input_tokens` → cached input tokens,
-`cache_creation_input_tokens` → cache-write tokens; message_delta's counts are cumulative and
-replace message_start's, field by field, when present. `ping`,
-thinking and citation deltas are ignored. A stream that is cut or ends without `message_stop`
-is a transient error; an `error` event is classed by its type, like the HTTP status it stands
+`message_stop` → the one Finished; a `thinking` block's `thinking_delta`s → ReasoningChunks,
+and the whole block (with its `signature_delta`) → a ReasoningBlock at its content_block_stop;
+a `redacted_thinking` block → a ReasoningBlock as it is. Usage keeps the API's split:
+`input_tokens` (neither read from nor written to the prompt cache), `cache_read_input_tokens`
+→ cached input tokens, `cache_creation_input_tokens` → cache-write tokens; message_delta's
+counts are cumulative and replace message_start's, field by field, when present. `ping` and
+citation deltas are ignored. A stream that is cut or ends without `message_stop` is a
+transient error; an `error` event is classed by its type, like the HTTP status it stands
 for (overloaded_error as 529, api_error as 500, invalid_request_error as 400, …).
 
 Errors: 429, 408, 409, 5xx, 529, timeouts and connection errors are transient (Retry-After and
@@ -59,7 +67,7 @@ import httpx2
 from behest import bounded_json
 from behest.domain.messages import Message, Role
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import MIN_THINKING_BUDGET, FinishReason, TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
@@ -74,6 +82,8 @@ from behest.providers.base import (
     Delta,
     Finished,
     ModelRequest,
+    ReasoningBlock,
+    ReasoningChunk,
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
@@ -124,6 +134,7 @@ _SPEND_LIMITS = frozenset(
 _CONTEXT_OVERFLOW = re.compile(
     r"prompt is too long|context window|context length|exceed context limit", re.IGNORECASE
 )
+_THINKING_TYPES = ("thinking", "redacted_thinking")
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _NO_KEY = "no API key: set api_key_env or api_key_file"
 
@@ -244,6 +255,8 @@ class StreamDecoder:
         self._answer_index: int | None = None
         self._answer: list[str] = []
         self._answered = False
+        # Thinking blocks being streamed, by index: the block as the API will want it back.
+        self._thinking: dict[int, dict[str, Any]] = {}
 
     def feed(self, event: Any) -> list[Delta]:
         if self.finished:
@@ -257,6 +270,8 @@ class StreamDecoder:
                 return self._hold(self._block_delta(event.index, event.delta))
             case "content_block_stop" if event.index == self._answer_index:
                 return self._answer_text()
+            case "content_block_stop" if event.index in self._thinking:
+                return [ReasoningBlock(self._thinking.pop(event.index))]
             case "message_delta":
                 reason = getattr(event.delta, "stop_reason", None)
                 if reason is not None:
@@ -316,6 +331,18 @@ class StreamDecoder:
 
     def _block_start(self, index: int, block: Any) -> list[Delta]:
         match getattr(block, "type", None):
+            case "thinking":
+                thought = getattr(block, "thinking", "") or ""
+                signature = getattr(block, "signature", "") or ""
+                self._thinking[index] = {
+                    "type": "thinking",
+                    "thinking": thought,
+                    "signature": signature,
+                }
+                return [ReasoningChunk(thought)] if thought else []
+            case "redacted_thinking":
+                data = getattr(block, "data", "") or ""
+                return [ReasoningBlock({"type": "redacted_thinking", "data": data})]
             case "text":
                 text = getattr(block, "text", "") or ""
                 return [TextChunk(text)] if text else []
@@ -339,6 +366,13 @@ class StreamDecoder:
 
     def _block_delta(self, index: int, delta: Any) -> list[Delta]:
         match getattr(delta, "type", None):
+            case "thinking_delta" if index in self._thinking:
+                thought = getattr(delta, "thinking", "") or ""
+                self._thinking[index]["thinking"] += thought
+                return [ReasoningChunk(thought)] if thought else []
+            case "signature_delta" if index in self._thinking:
+                self._thinking[index]["signature"] += getattr(delta, "signature", "") or ""
+                return []
             case "text_delta":
                 return [TextChunk(delta.text)] if delta.text else []
             case "input_json_delta" if index == self._answer_index:
@@ -390,7 +424,23 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
         params.setdefault("tools", []).append(answer_tool(answer))
         if not request.tools or request.tool_choice == "none":
             params["tool_choice"] = {"type": "tool", "name": answer.name}
+    thinking = _thinking(request, params)
+    if thinking is not None:
+        params["thinking"] = thinking
     return params
+
+
+def _thinking(request: ModelRequest, params: dict[str, Any]) -> dict[str, Any] | None:
+    """Extended thinking as the run asks, within the call's max_tokens; None when not asked
+    or not possible (a forced tool, or too few tokens left for the least budget)."""
+    if request.reasoning is None or not request.reasoning.budget_tokens:
+        return None
+    if params.get("tool_choice", {}).get("type") in ("any", "tool"):
+        return None
+    budget = min(request.reasoning.budget_tokens, params["max_tokens"] - 1)
+    if budget < MIN_THINKING_BUDGET:
+        return None
+    return {"type": "enabled", "budget_tokens": budget}
 
 
 def answer_tool(response_format: ResponseFormat) -> dict[str, Any]:
@@ -437,7 +487,7 @@ def build_messages(transcript: list[Message]) -> list[dict[str, Any]]:
             case Role.ASSISTANT:
                 close_pending()
                 answered.clear()
-                blocks = _text_blocks(message.text)
+                blocks = _reasoning_blocks(message) + _text_blocks(message.text)
                 for call in message.tool_calls:
                     call_id = safe_id(call.id)
                     if call_id in pending:
@@ -470,6 +520,14 @@ def build_messages(transcript: list[Message]) -> list[dict[str, Any]]:
                     turns.append(("user", blocks))
     close_pending()
     return merge_turns(turns)
+
+
+def _reasoning_blocks(message: Message) -> list[dict[str, Any]]:
+    """The thinking blocks kept with an assistant message, exactly as the API sent them."""
+    if not message.reasoning_blocks:
+        return []
+    blocks = json.loads(message.reasoning_blocks)
+    return [b for b in blocks if isinstance(b, dict) and b.get("type") in _THINKING_TYPES]
 
 
 def merge_turns(turns: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:

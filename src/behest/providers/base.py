@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from behest.domain.messages import Message
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason, Reasoning, TokenUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,9 @@ class ModelRequest:
     # Structured output: the final answer must be JSON that fits this (runs/structured.py
     # checks it); each provider asks for it its own way.
     response_format: ResponseFormat | None = None
+    # How much the model should reason (None: the provider's default); each provider sends
+    # the part it understands.
+    reasoning: Reasoning | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,22 @@ class TextChunk:
     """A piece of the answer's text."""
 
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningChunk:
+    """A piece of the model's reasoning (thinking): streamed apart, never the answer's text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningBlock:
+    """A whole reasoning block the provider needs back, exactly, on the run's later calls
+    (Anthropic thinking with its signature, redacted_thinking): kept with the assistant
+    message, never shown. `block` is the provider's own JSON object."""
+
+    block: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +88,7 @@ class Finished:
     usage: TokenUsage
 
 
-Delta = TextChunk | ToolCallBegin | ToolCallArguments | Finished
+Delta = TextChunk | ReasoningChunk | ReasoningBlock | ToolCallBegin | ToolCallArguments | Finished
 
 
 class Provider(Protocol):

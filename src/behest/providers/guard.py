@@ -19,6 +19,8 @@ from behest.providers.base import (
     Finished,
     ModelRequest,
     Provider,
+    ReasoningBlock,
+    ReasoningChunk,
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
@@ -59,8 +61,10 @@ class _Malformed(Exception):
 def well_formed(delta: Delta) -> bool:
     """Whether a delta holds what its type says (an SDK passes odd JSON values through)."""
     match delta:
-        case TextChunk(text):
+        case TextChunk(text) | ReasoningChunk(text):
             return isinstance(text, str)
+        case ReasoningBlock(block):
+            return isinstance(block, dict)
         case ToolCallBegin(call_id, name):
             return isinstance(call_id, str) and isinstance(name, str)
         case ToolCallArguments(call_id, fragment):
@@ -71,6 +75,7 @@ def well_formed(delta: Delta) -> bool:
                 usage.output_tokens,
                 usage.cached_input_tokens,
                 usage.cache_write_tokens,
+                usage.reasoning_tokens,
             )
             return isinstance(reason, FinishReason) and all(
                 type(n) is int and 0 <= n <= _MAX_TOKENS for n in counts

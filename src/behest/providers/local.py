@@ -9,6 +9,8 @@ model call (retries count, so an error step followed by a text step exercises a 
 the repair of a structured answer, so a step of invalid JSON text followed by one of valid JSON
 plays a repaired answer); once the steps run out it answers "done". A step's fields, all optional:
 
+    reasoning     str     the model's reasoning, streamed one word per chunk before the
+                          text (ReasoningDelta events, never the answer's text)
     text          str     streamed one word per chunk
     deltas        int     then that many chunks "w1 ", "w2 ", … (long runs, small input);
                           at most 1,000,000
@@ -25,14 +27,16 @@ plays a repaired answer); once the steps run out it answers "done". A step's fie
                           tool_choice), history (the transcript's roles), instructions,
                           summary (the compaction summary the model was given), limits
                           (the call's max_output_tokens, as budgets clamp it)
-    usage         object  {"input": N, "output": N, "cached_input": N, "cache_write": N}:
+    usage         object  {"input": N, "output": N, "cached_input": N, "cache_write": N,
+                          "reasoning": N}:
                           the call's exact usage instead of the estimate (cache tokens, costs
                           and budgets offline); each an integer from 0 to 1,000,000,000,
                           those left out 0
 
 Otherwise usage is a deterministic estimate: input tokens = (characters of every request
 message's text and tool-call arguments) // 4 + 1; output tokens = the number of text chunks
-and tool-argument fragments streamed; no cache tokens.
+and tool-argument fragments streamed (reasoning chunks included); reasoning tokens = the
+number of reasoning chunks; no cache tokens.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from behest.providers.base import (
     Delta,
     Finished,
     ModelRequest,
+    ReasoningChunk,
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
@@ -83,7 +88,18 @@ _FINISH = {
 _ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
 _SAYINGS = ("tool_results", "tools", "history", "instructions", "summary", "limits")
 _STEP_FIELDS = frozenset(
-    {"text", "deltas", "tool_calls", "delay_ms", "error", "retry_after_s", "finish", "say", "usage"}
+    {
+        "reasoning",
+        "text",
+        "deltas",
+        "tool_calls",
+        "delay_ms",
+        "error",
+        "retry_after_s",
+        "finish",
+        "say",
+        "usage",
+    }
 )
 # A step's usage fields → TokenUsage's.
 _USAGE_FIELDS = {
@@ -91,6 +107,7 @@ _USAGE_FIELDS = {
     "output": "output_tokens",
     "cached_input": "cached_input_tokens",
     "cache_write": "cache_write_tokens",
+    "reasoning": "reasoning_tokens",
 }
 _SCRIPT_SHAPE = (
     'expected a JSON object {"steps": [{"text": "...", "tool_calls": [{"name": "...", '
@@ -102,6 +119,7 @@ _SCRIPT_SHAPE = (
 class ScriptStep:
     """One model call of a script."""
 
+    reasoning: str = ""
     text: str = ""
     deltas: int = 0
     tool_calls: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -157,7 +175,12 @@ class LocalProvider:
         if step.error:
             await _pause(delay)
             raise self._error(step)
-        output = 0
+        output = reasoning = 0
+        for chunk in split_words(step.reasoning):
+            await _pause(delay)
+            reasoning += 1
+            yield ReasoningChunk(chunk)
+        output += reasoning
         for chunk in split_words(step.text):
             await _pause(delay)
             output += 1
@@ -179,7 +202,9 @@ class LocalProvider:
             reason = FinishReason.TOOL_CALLS if step.tool_calls else FinishReason.STOP
         usage = step.usage
         if usage is None:
-            usage = TokenUsage(_estimate_input_tokens(request.messages), output)
+            usage = TokenUsage(
+                _estimate_input_tokens(request.messages), output, reasoning_tokens=reasoning
+            )
         await _pause(delay)
         yield Finished(reason, usage)
 
@@ -229,6 +254,7 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
     unknown = sorted(set(raw) - _STEP_FIELDS)
     if unknown:
         raise _script_error(f"{where} has unknown fields {unknown}")
+    reasoning = raw.get("reasoning", "")
     text = raw.get("text", "")
     deltas = raw.get("deltas", 0)
     delay_ms = raw.get("delay_ms")
@@ -240,6 +266,8 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
         raise _script_error(f"{where}.say must be one of {', '.join(_SAYINGS)}")
     if not isinstance(text, str):
         raise _script_error(f"{where}.text must be a string")
+    if not isinstance(reasoning, str):
+        raise _script_error(f"{where}.reasoning must be a string")
     if not _is_int(deltas) or not 0 <= deltas <= MAX_DELTAS:
         raise _script_error(f"{where}.deltas must be an integer from 0 to {MAX_DELTAS}")
     if delay_ms is not None and not _within(delay_ms, MAX_DELAY_MS):
@@ -251,6 +279,7 @@ def _parse_step(index: int, raw: object) -> ScriptStep:
     if finish is not None and finish not in _FINISH:
         raise _script_error(f"{where}.finish must be one of {', '.join(_FINISH)}")
     return ScriptStep(
+        reasoning=reasoning,
         text=text,
         deltas=deltas,
         tool_calls=_parse_tool_calls(where, raw.get("tool_calls", [])),

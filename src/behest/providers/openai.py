@@ -19,6 +19,11 @@ attempt. Vendor quirks handled here:
   (llama-cpp-python's: a 500 "Input should be 'text' or 'json_object'") is asked again at once
   with `{"type": "json_object", "schema": …}`, which it turns into a grammar; that choice is
   kept for the model.
+- Reasoning: a run's `reasoning.effort` is sent as `reasoning_effort`. Reasoning text streamed
+  as `delta.reasoning_content` (DeepSeek, llama.cpp, vLLM) or `delta.reasoning` (OpenRouter,
+  Ollama) becomes ReasoningChunks, never answer text; OpenAI itself streams none.
+  `usage.completion_tokens_details.reasoning_tokens` is reported as reasoning tokens (a part
+  of the output tokens).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from behest.providers.base import (
     Delta,
     Finished,
     ModelRequest,
+    ReasoningChunk,
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
@@ -213,6 +219,8 @@ def request_body(
     if request.max_output_tokens:
         field_name = "max_completion_tokens" if completion_tokens else "max_tokens"
         body[field_name] = request.max_output_tokens
+    if request.reasoning is not None and request.reasoning.effort:
+        body["reasoning_effort"] = request.reasoning.effort
     if request.response_format is not None and json_object:
         body["response_format"] = {"type": "json_object", "schema": request.response_format.schema}
     elif request.response_format is not None:
@@ -298,6 +306,9 @@ class ChunkReader:
                 continue
             delta = choice.delta
             if delta is not None:
+                thought = _reasoning_of(delta)
+                if thought:
+                    deltas.append(ReasoningChunk(thought))
                 for text in (delta.content, delta.refusal):
                     if text:
                         deltas.append(TextChunk(text))
@@ -351,6 +362,17 @@ class ChunkReader:
         return deltas
 
 
+def _reasoning_of(delta: Any) -> str:
+    """The reasoning text of a chunk's delta, which compatible servers send beside the
+    content (an extra field to the SDK)."""
+    extra = delta.model_extra or {}
+    for name in ("reasoning_content", "reasoning"):
+        value = extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
 def usage_of(usage: CompletionUsage) -> TokenUsage:
     """Chat Completions usage with the cached prompt tokens (a part of prompt_tokens) apart."""
     prompt = usage.prompt_tokens or 0
@@ -358,10 +380,14 @@ def usage_of(usage: CompletionUsage) -> TokenUsage:
     cached = (details.cached_tokens or 0) if details is not None else 0
     # A compatible server claiming more cached tokens than prompt tokens: trust the prompt.
     cached = min(cached, prompt)
+    output = usage.completion_tokens or 0
+    completion = usage.completion_tokens_details
+    reasoning = (completion.reasoning_tokens or 0) if completion is not None else 0
     return TokenUsage(
         input_tokens=prompt - cached,
-        output_tokens=usage.completion_tokens or 0,
+        output_tokens=output,
         cached_input_tokens=cached,
+        reasoning_tokens=min(reasoning, output),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -286,7 +287,10 @@ class AgentLoop:
     async def _persist(self, turn: Turn) -> None:
         """The model's answer becomes the session's next message, with its usage."""
         progress = self.progress
-        message = progress.message(Role.ASSISTANT, turn.text, tool_calls=tuple(turn.calls))
+        blocks = json.dumps(turn.reasoning_blocks) if turn.reasoning_blocks else ""
+        message = progress.message(
+            Role.ASSISTANT, turn.text, tool_calls=tuple(turn.calls), reasoning_blocks=blocks
+        )
         cost = progress.spend(turn.usage, self._prices)
         progress.tool_calls += len(turn.calls)
         progress.finish_reason = turn.finish_reason
@@ -396,6 +400,7 @@ class AgentLoop:
             max_output_tokens=max_output_tokens,
             call_number=self.progress.model_calls,
             response_format=self._run.response_format,
+            reasoning=self._run.reasoning,
         )
         turn = TurnAssembler(self._log, coalesce_text=self._limits.coalesce_text_deltas)
         idle = self._timeout_s

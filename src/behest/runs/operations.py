@@ -87,6 +87,9 @@ class Operations:
     def has_prices(self, provider: str, model: str) -> bool:
         return self._providers.model_info(provider, model).prices is not None
 
+    def max_output_tokens(self, provider: str, model: str) -> int | None:
+        return self._providers.model_info(provider, model).max_output_tokens
+
     # --- runs ---------------------------------------------------------------------------
 
     async def create(

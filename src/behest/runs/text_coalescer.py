@@ -10,6 +10,7 @@ it is never shown later than it could have been.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from behest.domain import events as ev
 from behest.events.log import RunLog
@@ -19,12 +20,20 @@ class TextCoalescer:
     """Emits a run's text deltas, joining those that wait for the previous one's commit.
 
     `flush` before any other event of the run keeps the order; `discard` when the model call
-    is cancelled stops the background emit, so nothing follows the run's end.
+    is cancelled stops the background emit, so nothing follows the run's end. `event` makes
+    the event of a joined piece: TextDelta, or ReasoningDelta for the model's reasoning.
     """
 
-    def __init__(self, log: RunLog, *, enabled: bool) -> None:
+    def __init__(
+        self,
+        log: RunLog,
+        *,
+        enabled: bool,
+        event: Callable[[str], ev.TextDelta | ev.ReasoningDelta] = ev.TextDelta,
+    ) -> None:
         self._log = log
         self._enabled = enabled
+        self._event = event
         self._pending: list[str] = []
         self._committing: asyncio.Future[None] | None = None
         # Emits the pending text once the previous delta has committed.
@@ -36,7 +45,7 @@ class TextCoalescer:
             if self._flusher is None:
                 self._flusher = asyncio.create_task(self._flush_once_committed())
             return
-        self._committing = await self._log.emit(ev.TextDelta(chunk))
+        self._committing = await self._log.emit(self._event(chunk))
 
     async def flush(self) -> None:
         """Emit the pending text now."""
@@ -68,4 +77,4 @@ class TextCoalescer:
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
-            self._committing = await self._log.emit(ev.TextDelta(text))
+            self._committing = await self._log.emit(self._event(text))

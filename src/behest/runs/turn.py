@@ -1,6 +1,7 @@
 """One model call's streamed deltas, assembled into a turn while each is emitted as an event.
 
-Text goes out through the TextCoalescer; a tool call is announced (ToolCallStarted), its
+Text goes out through a TextCoalescer, and the model's reasoning through another (as
+ReasoningDelta events, never in the turn's text); a tool call is announced (ToolCallStarted), its
 argument fragments streamed (ToolCallDelta), and it is completed (ToolCallCompleted) where the
 next call begins or the stream ends. Any other event first flushes pending text, so the order
 of the log is the order of the stream.
@@ -9,12 +10,21 @@ of the log is the order of the stream.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.events.log import RunLog
-from behest.providers.base import Delta, Finished, TextChunk, ToolCallArguments, ToolCallBegin
+from behest.providers.base import (
+    Delta,
+    Finished,
+    ReasoningBlock,
+    ReasoningChunk,
+    TextChunk,
+    ToolCallArguments,
+    ToolCallBegin,
+)
 from behest.runs.text_coalescer import TextCoalescer
 
 
@@ -26,6 +36,8 @@ class Turn:
     calls: list[ToolCall] = field(default_factory=list)
     finish_reason: FinishReason = FinishReason.UNKNOWN
     usage: TokenUsage = field(default_factory=TokenUsage)
+    # Reasoning blocks the provider needs back exactly (kept with the assistant message).
+    reasoning_blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TurnAssembler:
@@ -34,6 +46,7 @@ class TurnAssembler:
     def __init__(self, log: RunLog, *, coalesce_text: bool) -> None:
         self._log = log
         self._text = TextCoalescer(log, enabled=coalesce_text)
+        self._reasoning = TextCoalescer(log, enabled=coalesce_text, event=ev.ReasoningDelta)
         self.turn = Turn()
         # The tool call whose arguments are streaming: (id, name, fragments so far).
         self._open_call: tuple[str, str, list[str]] | None = None
@@ -42,10 +55,16 @@ class TurnAssembler:
         """One streamed delta: emit its event and add it to the turn."""
         if not isinstance(delta, TextChunk):
             await self._text.flush()
+        if not isinstance(delta, ReasoningChunk):
+            await self._reasoning.flush()
         match delta:
             case TextChunk(chunk):
                 self.turn.text += chunk
                 await self._text.add(chunk)
+            case ReasoningChunk(chunk):
+                await self._reasoning.add(chunk)
+            case ReasoningBlock(block):
+                self.turn.reasoning_blocks.append(block)
             case ToolCallBegin(call_id, name):
                 await self._complete_call()
                 self._open_call = (call_id, name, [])
@@ -59,16 +78,19 @@ class TurnAssembler:
 
     async def finish(self) -> Turn:
         """The stream ended well: emit what is pending and return the turn."""
+        await self._reasoning.flush()
         await self._text.flush()
         await self._complete_call()
         return self.turn
 
     async def flush(self) -> None:
         """The stream failed: still show the text it sent (a retry's ModelStarted voids it)."""
+        await self._reasoning.flush()
         await self._text.flush()
 
     def discard(self) -> None:
         """The call was cancelled: drop text not yet emitted."""
+        self._reasoning.discard()
         self._text.discard()
 
     async def _complete_call(self) -> None:

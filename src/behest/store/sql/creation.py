@@ -260,4 +260,5 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         **rows.waits_to_columns(request.waits),
         **rows.budget_to_columns(request.budget),
         **rows.response_format_to_columns(request.response_format),
+        **rows.reasoning_to_columns(request.reasoning),
     }

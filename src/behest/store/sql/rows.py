@@ -12,7 +12,7 @@ from typing import Any
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import Cancel, FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.runs import Cancel, FinishReason, Reasoning, Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import CancelSource, FailureCode, Money, RunBudget
 from behest.domain.waits import Answer, ClientTool, Decision, PendingCall, WaitKind, WaitOptions
@@ -32,6 +32,9 @@ NO_WAITS_COLUMNS: Mapping[str, Any] = MappingProxyType(
 # The columns of a run without a response format (nearly every run), likewise.
 NO_FORMAT_COLUMNS: Mapping[str, Any] = MappingProxyType(
     {"response_format_name": "", "response_format_schema": "", "output": None}
+)
+NO_REASONING_COLUMNS: Mapping[str, Any] = MappingProxyType(
+    {"reasoning_effort": "", "reasoning_budget_tokens": 0}
 )
 NO_BUDGET = RunBudget()
 # The columns of NO_BUDGET, likewise.
@@ -84,6 +87,7 @@ def run_from_row(row: Any) -> Run:
         cancel_request=cancel_from_row(row),
         response_format=response_format_from_row(row),
         output=row.output,
+        reasoning=reasoning_from_row(row),
     )
 
 
@@ -96,6 +100,19 @@ def response_format_to_columns(value: ResponseFormat | None) -> Mapping[str, Any
         "response_format_schema": value.schema_text,
         "output": None,
     }
+
+
+def reasoning_to_columns(value: Reasoning | None) -> Mapping[str, Any]:
+    """The runs columns of a run's reasoning setting ('' and 0: none)."""
+    if value is None:
+        return NO_REASONING_COLUMNS
+    return {"reasoning_effort": value.effort, "reasoning_budget_tokens": value.budget_tokens}
+
+
+def reasoning_from_row(row: Any) -> Reasoning | None:
+    if not row.reasoning_effort and not row.reasoning_budget_tokens:
+        return None
+    return Reasoning(row.reasoning_effort, row.reasoning_budget_tokens)
 
 
 def response_format_from_row(row: Any) -> ResponseFormat | None:
@@ -297,6 +314,7 @@ def message_to_row(message: Message) -> dict[str, Any]:
         "tool_name": message.tool_name,
         "is_error": message.is_error,
         "summary_through": message.summary_through,
+        "reasoning_blocks": message.reasoning_blocks or None,
         "created_at": message.created_at,
     }
 
@@ -314,6 +332,7 @@ def message_from_row(row: Any) -> Message:
         tool_name=row.tool_name,
         is_error=bool(row.is_error),
         summary_through=row.summary_through,
+        reasoning_blocks=row.reasoning_blocks or "",
         created_at=utc(row.created_at),
     )
 

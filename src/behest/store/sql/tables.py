@@ -112,6 +112,10 @@ runs = sa.Table(
     sa.Column("response_format_name", sa.String(64), nullable=False, server_default=""),
     sa.Column("response_format_schema", sa.Text, nullable=False, server_default=""),
     sa.Column("output", sa.Text, nullable=True),
+    # Reasoning (migration 0013): OpenAI's reasoning_effort ('' none) and Anthropic's
+    # thinking budget (0 none).
+    sa.Column("reasoning_effort", sa.String(16), nullable=False, server_default=""),
+    sa.Column("reasoning_budget_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.
@@ -156,6 +160,8 @@ messages = sa.Table(
     sa.Column("is_error", sa.Boolean, nullable=False),
     # Compaction summaries stand for the messages up to this position (migration 0004).
     sa.Column("summary_through", sa.Integer, nullable=True),
+    # An assistant message's provider reasoning blocks, JSON text (migration 0013; NULL: none).
+    sa.Column("reasoning_blocks", sa.Text, nullable=True),
     sa.Column("created_at", Ts, nullable=False),
     sa.UniqueConstraint("session_id", "position", name="uq_messages_session_position"),
     sa.Index("ix_messages_run", "run_id"),

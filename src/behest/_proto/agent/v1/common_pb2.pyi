@@ -139,6 +139,7 @@ class TokenUsage(_message.Message):
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
     CACHED_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     CACHE_WRITE_TOKENS_FIELD_NUMBER: _builtins.int
+    REASONING_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
     """Input tokens read neither from nor into the provider's prompt cache."""
     output_tokens: _builtins.int
@@ -152,6 +153,11 @@ class TokenUsage(_message.Message):
     """Added in behest 0.6. Input tokens written to the provider's prompt cache (Anthropic cache
     creation), apart from input_tokens.
     """
+    reasoning_tokens: _builtins.int
+    """Added in behest 0.7. Output tokens the model spent reasoning, as the provider reports them
+    (OpenAI completion_tokens_details.reasoning_tokens; Anthropic does not say, 0). Part of
+    output_tokens, not added to total_tokens. Reported per model call (UsageRecordedEvent).
+    """
     def __init__(
         self,
         *,
@@ -160,10 +166,11 @@ class TokenUsage(_message.Message):
         total_tokens: _builtins.int = ...,
         cached_input_tokens: _builtins.int = ...,
         cache_write_tokens: _builtins.int = ...,
+        reasoning_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_write_tokens", b"cache_write_tokens", "cached_input_tokens", b"cached_input_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_write_tokens", b"cache_write_tokens", "cached_input_tokens", b"cached_input_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "reasoning_tokens", b"reasoning_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

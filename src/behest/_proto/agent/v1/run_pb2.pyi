@@ -225,6 +225,7 @@ class AgentEvent(_message.Message):
     SUB_RUN_STARTED_FIELD_NUMBER: _builtins.int
     SUB_RUN_FINISHED_FIELD_NUMBER: _builtins.int
     OUTPUT_REJECTED_FIELD_NUMBER: _builtins.int
+    REASONING_DELTA_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -299,6 +300,12 @@ class AgentEvent(_message.Message):
         """Added in behest 0.7: a final answer did not fit the run's response_format."""
 
     @_builtins.property
+    def reasoning_delta(self) -> Global___ReasoningDeltaEvent:
+        """Added in behest 0.7: a piece of the model's reasoning (thinking), never part of the
+        answer's text.
+        """
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -332,15 +339,16 @@ class AgentEvent(_message.Message):
         sub_run_started: Global___SubRunStartedEvent | None = ...,
         sub_run_finished: Global___SubRunFinishedEvent | None = ...,
         output_rejected: Global___OutputRejectedEvent | None = ...,
+        reasoning_delta: Global___ReasoningDeltaEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -435,6 +443,29 @@ class TextDeltaEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TextDeltaEvent: _TypeAlias = TextDeltaEvent  # noqa: Y015
+
+@_typing.final
+class ReasoningDeltaEvent(_message.Message):
+    """Added in behest 0.7. A piece of the model's reasoning as it streams, before or between the
+    answer's text; never part of TextDeltaEvent or of the assistant message's text.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELTA_FIELD_NUMBER: _builtins.int
+    delta: _builtins.str
+    def __init__(
+        self,
+        *,
+        delta: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReasoningDeltaEvent: _TypeAlias = ReasoningDeltaEvent  # noqa: Y015
 
 @_typing.final
 class ToolCallStartedEvent(_message.Message):
@@ -1048,6 +1079,37 @@ class SubRunFinishedEvent(_message.Message):
 Global___SubRunFinishedEvent: _TypeAlias = SubRunFinishedEvent  # noqa: Y015
 
 @_typing.final
+class Reasoning(_message.Message):
+    """Added in behest 0.7: how much a reasoning model should think, per run. Each provider takes
+    the part it understands: OpenAI `reasoning_effort` (effort), Anthropic extended thinking
+    (budget_tokens). At least one is set.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFORT_FIELD_NUMBER: _builtins.int
+    BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    effort: _builtins.str
+    """"low", "medium" or "high"; empty: not sent."""
+    budget_tokens: _builtins.int
+    """Anthropic's thinking budget in tokens: at least 1024 and below the model's
+    max_output_tokens (when its settings give one); 0: thinking not asked for.
+    """
+    def __init__(
+        self,
+        *,
+        effort: _builtins.str = ...,
+        budget_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_tokens", b"budget_tokens", "effort", b"effort"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Reasoning: _TypeAlias = Reasoning  # noqa: Y015
+
+@_typing.final
 class ResponseFormat(_message.Message):
     """Added in behest 0.7: the final answer a run must give (structured output): JSON that
     validates against a JSON Schema. behest checks the answer before RunCompleted; an answer
@@ -1140,6 +1202,7 @@ class RunRecord(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
     RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
+    REASONING_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
@@ -1187,6 +1250,10 @@ class RunRecord(_message.Message):
     def response_format(self) -> Global___ResponseFormat:
         """Added in behest 0.7: the run's response_format as given (name defaulted); unset if none."""
 
+    @_builtins.property
+    def reasoning(self) -> Global___Reasoning:
+        """Added in behest 0.7: the run's reasoning setting as given; unset if none."""
+
     def __init__(
         self,
         *,
@@ -1215,10 +1282,11 @@ class RunRecord(_message.Message):
         parent_run_id: _builtins.str = ...,
         allow_sub_agents: _builtins.bool = ...,
         response_format: Global___ResponseFormat | None = ...,
+        reasoning: Global___Reasoning | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "response_format", b"response_format", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "response_format", b"response_format", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1302,6 +1370,7 @@ class CreateRunRequest(_message.Message):
     BUDGET_FIELD_NUMBER: _builtins.int
     ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
     RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
+    REASONING_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -1365,6 +1434,12 @@ class CreateRunRequest(_message.Message):
         (structured output); GetRunOutput returns it parsed, as structured_output.
         """
 
+    @_builtins.property
+    def reasoning(self) -> Global___Reasoning:
+        """Added in behest 0.7. How much the model should reason (think) before it answers; unset:
+        the provider's default. Its reasoning streams as ReasoningDeltaEvents either way.
+        """
+
     def __init__(
         self,
         *,
@@ -1386,10 +1461,11 @@ class CreateRunRequest(_message.Message):
         budget: Global___RunBudget | None = ...,
         allow_sub_agents: _builtins.bool = ...,
         response_format: Global___ResponseFormat | None = ...,
+        reasoning: Global___Reasoning | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "response_format", b"response_format"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "response_format", b"response_format", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
