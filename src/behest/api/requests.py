@@ -211,21 +211,7 @@ def run_response_format(value: pb.ResponseFormat, taken: Sequence[str]) -> Respo
         raise InvalidArgument(
             "response_format.json_schema is required: the JSON Schema of the answer, as JSON text"
         )
-    try:
-        schema = bounded_json.parse(value.json_schema, max_bytes=MAX_SCHEMA_BYTES)
-    except bounded_json.JsonRefused as exc:
-        raise InvalidArgument(f"response_format.json_schema: the JSON text {exc}") from None
-    if not isinstance(schema, dict):
-        raise InvalidArgument(
-            "response_format.json_schema must be a JSON Schema object, "
-            'like {"type": "object", "properties": {…}}'
-        )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise InvalidArgument(
-            f"response_format.json_schema is not a valid JSON Schema: {exc.message[:200]}"
-        ) from None
+    schema = _json_schema(value.json_schema, "response_format.json_schema")
     remote = remote_refs(schema)
     if remote:
         raise InvalidArgument(
@@ -316,21 +302,29 @@ def _client_tool(spec: pb_common.ToolSpec, index: int) -> ClientTool:
             f"{where}.name must be 1 to 64 letters, digits, '_' or '-'; got {quote(spec.name)}"
         )
     _bounded(spec.description, f"{where}.description", MAX_DESCRIPTION_BYTES)
-    schema: Any = {"type": "object", "properties": {}}
+    schema: dict[str, Any] = {"type": "object", "properties": {}}
     if spec.parameters_schema:
-        try:
-            schema = bounded_json.parse(spec.parameters_schema, max_bytes=MAX_SCHEMA_BYTES)
-        except bounded_json.JsonRefused as exc:
-            raise InvalidArgument(f"{where}.parameters_schema: the JSON text {exc}") from None
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        schema = _json_schema(spec.parameters_schema, f"{where}.parameters_schema")
+    if schema.get("type", "object") != "object":
         raise InvalidArgument(f"{where}.parameters_schema must be a JSON Schema of an object")
+    return ClientTool(name=spec.name, description=spec.description, parameters_schema=schema)
+
+
+def _json_schema(text: str, where: str) -> dict[str, Any]:
+    """A JSON Schema from outside: bounded JSON, an object, a valid Draft 2020-12 schema."""
+    try:
+        schema = bounded_json.parse(text, max_bytes=MAX_SCHEMA_BYTES)
+    except bounded_json.JsonRefused as exc:
+        raise InvalidArgument(f"{where}: the JSON text {exc}") from None
+    if not isinstance(schema, dict):
+        raise InvalidArgument(
+            f'{where} must be a JSON Schema object, like {{"type": "object", "properties": {{…}}}}'
+        )
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        raise InvalidArgument(
-            f"{where}.parameters_schema is not a valid JSON Schema: {exc.message[:200]}"
-        ) from None
-    return ClientTool(name=spec.name, description=spec.description, parameters_schema=schema)
+        raise InvalidArgument(f"{where} is not a valid JSON Schema: {exc.message[:200]}") from None
+    return schema
 
 
 def approval_answers(request: pb.SubmitApprovalsRequest) -> list[Answer]:

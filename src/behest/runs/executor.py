@@ -119,7 +119,7 @@ class Executor:
         if self._resume_runs:
             await self._adopt(own=True)
         adopt = self._adopt if self._resume_runs else None
-        self.leases.start(adopt, self._running, self._renewed)
+        self.leases.start(adopt, self._runs.running, self._renewed)
 
     async def stop(self, grace_s: float) -> None:
         """Stop taking runs, give running ones `grace_s` to finish, then stop the rest.
@@ -248,10 +248,6 @@ class Executor:
     async def abandon(self, run_id: str) -> None:
         """Give up an interrupted run (RunFailed "abandoned"); a running one cannot be."""
         await self._cancelling.abandon(run_id)
-
-    def _running(self) -> set[str]:
-        """The runs whose task executes here under a claim."""
-        return self._runs.running()
 
     async def _renewed(self, before: set[str], renewal: Renewal) -> None:
         """After a renewal: end the runs asked to cancel; stop those another node claimed

@@ -77,7 +77,6 @@ class Leases:
         self._renewed = self._metrics.attrs("outcome", "ok")
         self._not_renewed = self._metrics.attrs("outcome", "error")
         self.record = node
-        self.node = node.name
         self.sole_writer = sole_writer
         self._lease_s = lease_s
         self._keepers: list[asyncio.Task[None]] = []
@@ -85,6 +84,11 @@ class Leases:
         self._registered = False
         self.rounds = 0
         self._round_done = asyncio.Event()
+
+    @property
+    def node(self) -> str:
+        """This process's node name."""
+        return self.record.name
 
     def until(self) -> datetime:
         """When a claim taken or renewed now lapses."""

@@ -16,13 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from behest.domain.runs import Cancel, RunStatus
+from behest.domain.runs import Cancel
 from behest.errors import FailedPrecondition
 from behest.store.base import Renewal
 from behest.store.sql import tables as t
 from behest.store.sql.rows import utc
+from behest.store.sql.writes import TERMINAL
 
-TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
 _runs = t.runs.c
 _nodes = t.nodes.c
 
