@@ -30,10 +30,10 @@ from behest.store.base import (
     PutSnapshot,
     Write,
 )
-from behest.store.sql import channel, rows
+from behest.store.sql import rows
 from behest.store.sql import tables as t
 from behest.store.sql.single_statement import OneStatement, one_statement
-from behest.store.sql.writes import apply_writes
+from behest.store.sql.writes import apply_writes, notifications
 
 INSERT_SESSIONS = sa.insert(t.sessions)
 INSERT_RUNS = sa.insert(t.runs)
@@ -95,7 +95,6 @@ def fresh_statement(
     outcomes; None if a first step writes what the statement does not carry."""
     sessions, runs, messages, events = [], [], [], []
     snapshots: dict[str, dict[str, Any]] = {}
-    last: dict[str, int] = {}
     results: list[BatchResult] = []
     for item in items:
         assert isinstance(item, NewRun)
@@ -109,7 +108,6 @@ def fresh_statement(
                     pass  # the creator's own claim: the event rows carry its generation
                 case AppendEvent(event):
                     events.append(rows.event_to_row(event, generation))
-                    last[event.run_id] = max(last.get(event.run_id, 0), event.sequence)
                 case AppendMessage(message):
                     messages.append(rows.message_to_row(message))
                 case PutSnapshot(snapshot):
@@ -117,13 +115,11 @@ def fresh_statement(
                 case _:
                     return None
         results.append((created, writes))
-    notify = []
-    if node and last:
-        notify = [(channel.EVENTS, payload) for payload in channel.events_payloads(node, last)]
+    written = (write for r in results if isinstance(r, tuple) for write in r[1])
     statement = one_statement(
         [(t.sessions, sessions), (t.runs, runs), (t.messages, messages), (t.events, events)],
         [(t.snapshots, "run_id", list(snapshots.values()))],
-        notify,
+        notifications(node, written),
     )
     return statement, results
 

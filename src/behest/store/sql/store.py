@@ -24,7 +24,6 @@ from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
 from behest.errors import Fenced
 from behest.store.base import (
-    AppendEvent,
     BatchResult,
     Fence,
     NewRun,
@@ -45,7 +44,7 @@ from behest.store.sql.creation import (
 )
 from behest.store.sql.engine import AsyncWriter, ConnectionLost, Engines, create_engines
 from behest.store.sql.single_statement import OneStatement
-from behest.store.sql.writes import TERMINAL, apply_writes, upsert
+from behest.store.sql.writes import TERMINAL, apply_writes, notifications, upsert
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Batches of at most this many rows are written as small transactions (Writer.write_small);
@@ -450,8 +449,11 @@ def _apply_batch(
         conn.execute(INSERT_SESSIONS, sessions)
         conn.execute(INSERT_RUNS, runs)
     apply_writes(conn, plain)
-    if node and conn.dialect.name == "postgresql":
-        _notify_events(conn, node, plain, results)
+    if conn.dialect.name == "postgresql":
+        # Fresh creations' first steps are in `plain`; checked ones' are in their results.
+        firsts = (write for r in results if isinstance(r, tuple) for write in r[1])
+        for name, payload in notifications(node, itertools.chain(plain, firsts)):
+            channel.notify(conn, name, payload)
     return results
 
 
@@ -461,22 +463,6 @@ def _fences(items: Sequence[list[Write] | NewRun]) -> list[Fence]:
 
 def _is_stale(write: Write, current: dict[str, int]) -> bool:
     return isinstance(write, Fence) and current.get(write.run_id) != write.generation
-
-
-def _notify_events(
-    conn: Connection, node: str, plain: list[Write], results: list[BatchResult]
-) -> None:
-    """Tell the other replicas which runs' logs grew, at COMMIT (PostgreSQL NOTIFY): each
-    run's last sequence in this batch."""
-    last: dict[str, int] = {}
-    created = (r[1] for r in results if isinstance(r, tuple))
-    for write in itertools.chain(plain, *created):
-        if isinstance(write, AppendEvent):
-            event = write.event
-            if event.sequence > last.get(event.run_id, 0):
-                last[event.run_id] = event.sequence
-    for payload in channel.events_payloads(node, last) if last else ():
-        channel.notify(conn, channel.EVENTS, payload)
 
 
 def _request_cancel(

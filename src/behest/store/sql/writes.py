@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +29,7 @@ from behest.store.base import (
     UpdateRun,
     Write,
 )
-from behest.store.sql import rows
+from behest.store.sql import channel, rows
 from behest.store.sql import tables as t
 
 TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
@@ -148,6 +149,19 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.
     expire_calls(conn, expiries)
     put_snapshots(conn, snapshots)
+
+
+def notifications(node: str, writes: Iterable[Write]) -> list[tuple[str, str]]:
+    """The NOTIFYs (channel, payload) telling the other replicas which runs' logs `writes`
+    extend, to each run's last sequence; none without a node name (store/sql/channel.py)."""
+    last: dict[str, int] = {}
+    for write in writes:
+        if isinstance(write, AppendEvent):
+            event = write.event
+            last[event.run_id] = max(last.get(event.run_id, 0), event.sequence)
+    if not node or not last:
+        return []
+    return [(channel.EVENTS, payload) for payload in channel.events_payloads(node, last)]
 
 
 def _execute(conn: Connection, statement: sa.Executable, params: list[dict[str, Any]]) -> None:
