@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from behest import event_loop, logs, telemetry
 from behest.api.admission import Admission
+from behest.api.content import ContentLimits
 from behest.api.server import ApiServer
 from behest.config import Settings
 from behest.errors import FailedPrecondition
@@ -105,6 +106,11 @@ class App:
                 self.tenancy,
                 max_request_id_bytes=settings.max_request_id_bytes,
                 max_wait_s=settings.max_wait_s,
+                content=ContentLimits(
+                    max_parts=settings.max_content_parts,
+                    max_part_bytes=settings.max_content_part_bytes,
+                    max_bytes=settings.max_content_bytes,
+                ),
             ),
             auth=settings.auth,
             tls=settings.tls,

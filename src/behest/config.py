@@ -197,6 +197,11 @@ class Settings(BaseSettings):
     max_metadata_bytes: int = Field(default=16 * 1024, ge=1)
     max_request_id_bytes: int = Field(default=256, ge=1)
     max_receive_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    # CreateRunRequest.content: parts per request, bytes of one image or file, and of all of
+    # them together (within max_receive_message_bytes; text parts count as input).
+    max_content_parts: int = Field(default=16, ge=0, le=1000)
+    max_content_part_bytes: int = Field(default=2 * 1024 * 1024, ge=1)
+    max_content_bytes: int = Field(default=3 * 1024 * 1024, ge=1)
     # The agent loop.
     max_iterations: int = Field(default=10, ge=1)
     provider_timeout_s: float = Field(default=60.0, gt=0)

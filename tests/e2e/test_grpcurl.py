@@ -84,8 +84,15 @@ RUN_RPCS = (
     "ListRunEvents",
 )
 # CreateRun fields that make a run wait (or, response_format, want a structured answer;
-# reasoning, a reasoning model's setting), which name their recipes.
-WAIT_OPTIONS = ("approval_required_tools", "client_tools", "response_format", "reasoning")
+# reasoning, a reasoning model's setting; content, images and files), which name their
+# recipes.
+WAIT_OPTIONS = (
+    "approval_required_tools",
+    "client_tools",
+    "response_format",
+    "reasoning",
+    "content",
+)
 WAIT_EVENTS = (
     "approval_requested",
     "approval_resolved",
@@ -720,6 +727,31 @@ async def test_a_reasoning_run_streams_its_reasoning_apart_from_its_answer(
     assert kinds.index("text_delta") > max(i for i, k in enumerate(kinds) if k == "reasoning_delta")
     [usage] = [field(payload(e), "usage") for e in events if event_kind(e) == "usage_recorded"]
     assert field(usage, "reasoning_tokens") == "5"
+
+
+IMAGE_RECIPE = "agent.v1.RunService/CreateRunStream content"
+
+
+@runs(IMAGE_RECIPE)
+async def test_an_image_input_reaches_the_model_and_the_log_keeps_its_digest(
+    recipes: Recipes,
+) -> None:
+    result = await recipes.run(IMAGE_RECIPE)  # the doc's image is the point
+    assert result.code == 0, result.stderr
+    events = result.documents()
+    assert_whole_run(events, field(events[0], "run_id"))
+    assert event_kind(events[-1]) == "run_completed"
+    digest = f"sha256:{PNG_SHA256}"
+    [part] = field(payload(events[0]), "content")
+    image = field(part, "image")
+    assert (field(image, "digest"), field(image, "size_bytes")) == (digest, "70")
+    assert "data" not in image
+    answer = "".join(field(payload(e), "delta") for e in events if event_kind(e) == "text_delta")
+    assert answer == f"image image/png {digest} (70 bytes)"
+
+
+# The SHA-256 of the 1x1 PNG of the doc's image recipe.
+PNG_SHA256 = "c414cd0e204de974f73753c7e28d7638e7b3691bb8b1a2bab6b25bb7fed7ce77"
 
 
 @runs("agent.v1.RunService/CreateRun", "agent.v1.RunService/CancelRun")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from behest.config import Settings
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.runs import TokenUsage
 from behest.domain.spend import Money, Prices
 from behest.providers.config import ModelInfo, ProviderConfig, parse_providers
@@ -30,7 +31,8 @@ def priced(**prices: Any) -> ProviderConfig:
 
 def test_a_model_without_prices_has_none() -> None:
     config = parse(models={MODEL: {"context_window": 8000, "max_output_tokens": 256}})
-    assert config.model_info(MODEL) == ModelInfo(8000, 256, prices=None)
+    openai_default = ("image/*", "application/pdf")
+    assert config.model_info(MODEL) == ModelInfo(8000, 256, prices=None, input_media=openai_default)
     assert config.model_info("unlisted").prices is None
     assert config.currency == "USD"
 
@@ -117,7 +119,9 @@ def test_a_currency_must_be_three_capital_letters(currency: object) -> None:
 
 
 def test_an_unknown_model_key_is_refused_naming_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match=r"may set context_window, .*, cache_write_price only"):
+    with pytest.raises(
+        ValueError, match=r"may set context_window, .*, cache_write_price, input_media only"
+    ):
         priced(input_cost="1")
 
 
@@ -168,3 +172,28 @@ def test_prices_in_the_settings_file(tmp_path: Path) -> None:
         cached_input=Decimal("0.15"),
         currency="GBP",
     )
+
+
+def test_input_media_say_what_a_model_takes_beside_text() -> None:
+    config = parse(models={MODEL: {"input_media": ["image/png"]}, "text-only": {"input_media": []}})
+    png = ContentPart.inline(PartKind.IMAGE, "image/png", b"png")
+    gif = ContentPart.inline(PartKind.IMAGE, "image/gif", b"gif")
+    by_url = ContentPart(kind=PartKind.IMAGE, url="https://example.com/a")
+    words = ContentPart.text_part("hello")
+    assert [config.model_info(MODEL).takes(p) for p in (png, gif, by_url, words)] == [
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert not config.model_info("text-only").takes(png)
+    assert config.model_info("text-only").takes(words)
+    # Unlisted models take what their provider type takes: any image, PDFs.
+    assert config.model_info("unlisted").takes(gif)
+    assert config.model_info("unlisted").takes(by_url)
+
+
+@pytest.mark.parametrize("value", ["image/png", ["image"], ["IMAGE/PNG"], [3]])
+def test_bad_input_media_are_refused_naming_the_key(value: object) -> None:
+    with pytest.raises(ValueError, match=r'models."gpt-4o-mini".input_media must be a list'):
+        parse(models={MODEL: {"input_media": value}})

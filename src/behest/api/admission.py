@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from google.protobuf.message import Message
 
+from behest.api.content import DEFAULT_LIMITS, ContentLimits
 from behest.api.requests import RequestLimits
 from behest.errors import ResourceExhausted
 from behest.tenancy import Tenancy
@@ -36,11 +37,13 @@ class Admission:
         *,
         max_request_id_bytes: int,
         max_wait_s: float = 30 * 86_400.0,
+        content: ContentLimits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tenancy = tenancy
         self._max_request_id_bytes = max_request_id_bytes
         self._max_wait_s = int(max_wait_s)
+        self._content = content
         self._clock = clock
         self._streams: dict[str, int] = {}
         self._buckets: dict[str, _Bucket] = {}
@@ -61,6 +64,7 @@ class Admission:
             max_metadata_bytes=limits.max_metadata_bytes,
             max_request_id_bytes=self._max_request_id_bytes,
             max_wait_s=self._max_wait_s,
+            content=replace(self._content, max_text_bytes=limits.max_input_bytes),
         )
 
     @contextlib.contextmanager

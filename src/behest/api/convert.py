@@ -19,6 +19,7 @@ from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.domain import catalog
 from behest.domain import events as ev
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, ToolCall
 from behest.domain.output import ResponseFormat
 from behest.domain.runs import FinishReason, Reasoning, Run, RunOutput, RunStatus, TokenUsage
@@ -110,6 +111,8 @@ def event(value: ev.Event) -> pb.AgentEvent:
                 getattr(body, name).CopyFrom(cost(field_value))
             case None:
                 pass
+            case tuple() if name == "content":
+                getattr(body, name).extend(content_part(part) for part in field_value)
             case _:
                 setattr(body, name, field_value)
     return out
@@ -183,10 +186,28 @@ def pending_call(value: PendingCall) -> pb.PendingCall:
     )
 
 
-def message(value: Message) -> pb_common.Message:
-    content = (
-        [pb_common.ContentPart(text=pb_common.TextContent(text=value.text))] if value.text else []
+def content_part(part: ContentPart) -> pb_common.ContentPart:
+    """A content part as clients see it: a reference (digest and size), never its bytes."""
+    match part.kind:
+        case PartKind.TEXT:
+            return pb_common.ContentPart(text=pb_common.TextContent(text=part.text))
+        case PartKind.IMAGE:
+            image = pb_common.ImageContent(
+                url=part.url, mime_type=part.media_type, digest=part.digest, size_bytes=part.size
+            )
+            return pb_common.ContentPart(image=image)
+    file = pb_common.FileContent(
+        mime_type=part.media_type, filename=part.filename, digest=part.digest, size_bytes=part.size
     )
+    return pb_common.ContentPart(file=file)
+
+
+def message(value: Message) -> pb_common.Message:
+    if value.parts:
+        content = [content_part(part) for part in value.parts]
+    else:
+        text = value.text
+        content = [pb_common.ContentPart(text=pb_common.TextContent(text=text))] if text else []
     return pb_common.Message(
         id=value.id,
         session_id=value.session_id,

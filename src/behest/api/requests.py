@@ -17,6 +17,8 @@ from behest import bounded_json
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
+from behest.api.content import DEFAULT_LIMITS, ContentLimits, content_parts
+from behest.domain.content import ContentPart
 from behest.domain.output import DEFAULT_NAME, ResponseFormat, remote_refs
 from behest.domain.runs import (
     EFFORTS,
@@ -57,6 +59,7 @@ class RequestLimits:
     max_request_id_bytes: int
     # The longest wait a run may ask for (approval_timeout_s, client_tool_timeout_s).
     max_wait_s: int = 30 * 86_400
+    content: ContentLimits = DEFAULT_LIMITS
 
 
 def uuid_field(value: str, field: str) -> str:
@@ -86,6 +89,10 @@ class Offer(Protocol):
         """The model's most output tokens per call, when its settings say."""
         ...
 
+    def check_content(self, provider: str, model: str, parts: Sequence[ContentPart]) -> None:
+        """Raise InvalidArgument naming the first part the model cannot take."""
+        ...
+
 
 def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offer) -> RunRequest:
     """Validate a CreateRunRequest into the domain's RunRequest, against what is offered."""
@@ -95,9 +102,12 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         raise InvalidArgument("provider is required")
     if not model:
         raise InvalidArgument("model is required")
-    if not request.input.strip():
-        raise InvalidArgument("input must not be empty")
+    if not request.input.strip() and not request.content:
+        raise InvalidArgument("input must not be empty (or give content parts)")
     _bounded(request.input, "input", limits.max_input_bytes)
+    content = content_parts(
+        request.content, limits.content, input_bytes=len(request.input.encode())
+    )
     _bounded(request.metadata, "metadata", limits.max_metadata_bytes)
     _bounded(request.client_request_id, "client_request_id", limits.max_request_id_bytes)
     if request.metadata:
@@ -116,6 +126,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         raise InvalidArgument(f"max_iterations must be at most {MAX_ITERATIONS}")
     tool_choice = request.tool_choice or ToolChoice.AUTO
     offer.check_model(provider, model)
+    offer.check_content(provider, model, content)
     known = offer.tool_names()
     waits = wait_options(request, known, limits.max_wait_s)
     budget = run_budget(request.budget, limits.max_wait_s)
@@ -151,6 +162,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         allow_sub_agents=request.allow_sub_agents,
         response_format=response_format,
         reasoning=reasoning,
+        content=content,
     )
 
 

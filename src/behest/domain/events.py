@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from behest.domain.content import ContentPart
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus, TokenUsage
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
@@ -16,6 +17,8 @@ class RunStarted:
     session_id: str
     provider: str
     model: str
+    # The run's content parts as references (no bytes); () for a plain text input.
+    content: tuple[ContentPart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from behest.domain.content import ContentPart
+
 
 class Role(enum.StrEnum):
     """Who a message is from."""
@@ -46,3 +48,6 @@ class Message:
     # calls (Anthropic thinking blocks with their signatures, redacted_thinking): JSON text
     # of a list, as the provider sent them; "" none. Never part of the answer's text.
     reasoning_blocks: str = ""
+    # A user message given as content parts (text, images, files), in order; `text` is then
+    # its text parts joined. () for a plain text message.
+    parts: tuple[ContentPart, ...] = ()

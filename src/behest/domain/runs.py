@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from behest.domain.callers import DEFAULT_TENANT
+from behest.domain.content import ContentPart
 from behest.domain.messages import Message
 from behest.domain.output import ResponseFormat
 from behest.domain.spend import MILLION, CancelSource, FailureCode, Money, Prices, RunBudget
@@ -133,6 +134,8 @@ class RunRequest:
     response_format: ResponseFormat | None = None
     # How much the model should reason (None: the provider's default).
     reasoning: Reasoning | None = None
+    # The user's message as content parts beside (after) input: text, images, files.
+    content: tuple[ContentPart, ...] = ()
     # Set by behest for a sub-agent run (never by a client): its parent, how deep it is.
     parent_run_id: str = ""
     depth: int = 0
@@ -149,6 +152,11 @@ class RunRequest:
             waits.append(repr([self.response_format.name, self.response_format.schema_text]))
         if self.reasoning is not None:
             waits.append(repr(self.reasoning))
+        if self.content:
+            parts = [
+                (p.kind, p.text, p.media_type, p.url, p.filename, p.digest) for p in self.content
+            ]
+            waits.append(repr(parts))
         body = json.dumps(
             [
                 self.session_id or "",

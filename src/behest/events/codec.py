@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from behest.domain import events as ev
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus, TokenUsage
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
@@ -27,7 +28,14 @@ def _plain(value: Any) -> Any:
     cost of encoding a text delta.
     """
     if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        # Bytes never reach the log: a content part is stored as its reference.
+        return {
+            f.name: _plain(getattr(value, f.name))
+            for f in fields(value)
+            if not isinstance(getattr(value, f.name), bytes)
+        }
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, Decimal):
@@ -71,4 +79,11 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[name] = BudgetKind(value)
         elif name == "status":
             data[name] = RunStatus(value)
+        elif name == "content":
+            data[name] = tuple(content_part(part) for part in value)
     return cls(**data)
+
+
+def content_part(value: dict[str, Any]) -> ContentPart:
+    """A content part stored as JSON (a reference: no bytes)."""
+    return ContentPart(**{**value, "kind": PartKind(value["kind"])})

@@ -56,6 +56,7 @@ The SDK's own retries are off (`max_retries=0`): behest's loop retries and annou
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import AsyncGenerator
@@ -65,6 +66,7 @@ import anthropic
 import httpx2
 
 from behest import bounded_json
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, Role
 from behest.domain.output import ResponseFormat
 from behest.domain.runs import MIN_THINKING_BUDGET, FinishReason, TokenUsage
@@ -515,11 +517,39 @@ def build_messages(transcript: list[Message]) -> list[dict[str, Any]]:
                     turns.append(("user", [{"type": "text", "text": f"{label}\n{message.text}"}]))
             case Role.USER:
                 close_pending()
-                blocks = _text_blocks(message.text)
+                blocks = (
+                    [_content_block(part) for part in message.parts]
+                    if message.parts
+                    else _text_blocks(message.text)
+                )
                 if blocks:
                     turns.append(("user", blocks))
     close_pending()
     return merge_turns(turns)
+
+
+def _content_block(part: ContentPart) -> dict[str, Any]:
+    """A content part as a Messages API block: text, image, or document (PDF, plain text)."""
+    match part.kind:
+        case PartKind.TEXT:
+            return {"type": "text", "text": part.text}
+        case PartKind.IMAGE if part.url:
+            return {"type": "image", "source": {"type": "url", "url": part.url}}
+        case PartKind.IMAGE:
+            return {"type": "image", "source": _base64(part)}
+    if part.media_type == "text/plain":
+        source = {"type": "text", "media_type": "text/plain", "data": part.data.decode()}
+    else:
+        source = _base64(part)
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if part.filename:
+        block["title"] = part.filename
+    return block
+
+
+def _base64(part: ContentPart) -> dict[str, str]:
+    data = base64.b64encode(part.data).decode()
+    return {"type": "base64", "media_type": part.media_type, "data": data}
 
 
 def _reasoning_blocks(message: Message) -> list[dict[str, Any]]:

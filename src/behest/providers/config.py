@@ -16,6 +16,9 @@
     output_price = "0.60"
     cached_input_price = "0.075"         # optional; default: input_price
     cache_write_price = "0.15"           # optional; default: input_price
+    input_media = ["image/*", "application/pdf"]  # what it takes beside text (content
+                                         # parts); default by type: DEFAULT_INPUT_MEDIA;
+                                         # [] for a text-only model
 
 Prices are optional, but input_price and output_price come together; a model without them
 has no cost. A `local` provider takes model tables too, for its models `echo` and `script`.
@@ -24,14 +27,16 @@ The key is read once at start-up and kept out of every repr, log line and event.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.spend import Prices, parse_amount
 from behest.providers.local import KNOWN_MODELS as LOCAL_MODELS
 from behest.providers.retry import RetryPolicy
@@ -40,6 +45,7 @@ TYPES = ("openai", "anthropic", "local")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _CURRENCY = re.compile(r"[A-Z]{3}")
+_MEDIA = re.compile(r"(\*|[a-z0-9.+-]{1,64})/(\*|[a-z0-9.+-]{1,64})")
 # Far above any model's price per million tokens: a bigger one is a typo.
 MAX_PRICE = Decimal(1_000_000)
 _LIMITS = ("context_window", "max_output_tokens")
@@ -60,13 +66,31 @@ _KEYS = {
 }
 
 
+# What a model of each provider type takes beside text, unless its settings say
+# (`input_media`): media types, "image/*" for any image; an image by URL needs an image type.
+DEFAULT_INPUT_MEDIA = {
+    "openai": ("image/*", "application/pdf"),
+    "anthropic": ("image/*", "application/pdf", "text/plain"),
+    "local": ("*/*",),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """What behest needs to know of a model: its context window, output limit and prices."""
+    """What behest needs to know of a model: its context window, output limit, prices, and
+    the media it takes beside text (None: its provider type's DEFAULT_INPUT_MEDIA)."""
 
     context_window: int = 128_000
     max_output_tokens: int = 4096
     prices: Prices | None = None
+    input_media: tuple[str, ...] | None = None
+
+    def takes(self, part: ContentPart) -> bool:
+        """Whether the model takes `part` (text always)."""
+        if part.kind == PartKind.TEXT:
+            return True
+        media = part.media_type or "image/*"  # an image by URL, of a type not given
+        return any(fnmatch.fnmatchcase(media, taken) for taken in self.input_media or ())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,7 +108,10 @@ class ProviderConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def model_info(self, model: str) -> ModelInfo:
-        return self.models.get(model, ModelInfo())
+        info = self.models.get(model, ModelInfo())
+        if info.input_media is None:
+            return replace(info, input_media=DEFAULT_INPUT_MEDIA.get(self.type, ()))
+        return info
 
 
 def parse_providers(
@@ -141,11 +168,27 @@ def _models(where: str, kind: str, raw: Any, currency: str) -> dict[str, ModelIn
         if kind == "local" and model not in LOCAL_MODELS:
             # The local provider answers only these; a table for another name is a typo.
             raise ValueError(f"{at}: a local provider's models are {', '.join(LOCAL_MODELS)}")
-        if not isinstance(info, dict) or set(info) - {*_LIMITS, *_PRICES}:
-            raise ValueError(f"{at} may set {', '.join(_LIMITS + _PRICES)} only")
+        if not isinstance(info, dict) or set(info) - {*_LIMITS, *_PRICES, "input_media"}:
+            raise ValueError(f"{at} may set {', '.join(_LIMITS + _PRICES)}, input_media only")
         limits = {key: _limit(at, key, info[key]) for key in _LIMITS if key in info}
-        models[model] = ModelInfo(**limits, prices=_prices(at, info, currency))
+        models[model] = ModelInfo(
+            **limits,
+            prices=_prices(at, info, currency),
+            input_media=_media(at, info["input_media"]) if "input_media" in info else None,
+        )
     return models
+
+
+def _media(at: str, value: Any) -> tuple[str, ...]:
+    """A model's input_media: media types ("image/png", "image/*", "application/pdf")."""
+    if not isinstance(value, list) or not all(
+        isinstance(m, str) and _MEDIA.fullmatch(m) for m in value
+    ):
+        raise ValueError(
+            f'{at}.input_media must be a list of media types, e.g. ["image/*", '
+            f'"application/pdf"] ([] for text only); got {value!r}'
+        )
+    return tuple(value)
 
 
 def _limit(at: str, key: str, value: Any) -> int:

@@ -26,7 +26,9 @@ plays a repaired answer); once the steps run out it answers "done". A step's fie
                           tool_results (this turn's tool messages), tools (offered tools and
                           tool_choice), history (the transcript's roles), instructions,
                           summary (the compaction summary the model was given), limits
-                          (the call's max_output_tokens, as budgets clamp it)
+                          (the call's max_output_tokens, as budgets clamp it),
+                          content (the input's images and files as received: kind,
+                          media type, file name, digest and size of the bytes, or URL)
     usage         object  {"input": N, "output": N, "cached_input": N, "cache_write": N,
                           "reasoning": N}:
                           the call's exact usage instead of the estimate (cache tokens, costs
@@ -48,6 +50,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
 from behest import bounded_json
+from behest.domain.content import PartKind, digest_of
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
@@ -86,7 +89,7 @@ _FINISH = {
     "tool_calls": FinishReason.TOOL_CALLS,
 }
 _ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
-_SAYINGS = ("tool_results", "tools", "history", "instructions", "summary", "limits")
+_SAYINGS = ("tool_results", "tools", "history", "instructions", "summary", "limits", "content")
 _STEP_FIELDS = frozenset(
     {
         "reasoning",
@@ -370,8 +373,21 @@ def _say(what: str, request: ModelRequest) -> str:
             return summaries[-1] if summaries else "no summary"
         case "limits":
             return f"max_output_tokens: {request.max_output_tokens}"
+        case "content":
+            return _content_seen(messages)
         case _:
             return request.instructions or "no instructions"
+
+
+def _content_seen(messages: list[Message]) -> str:
+    """The run input's images and files as the model received them: kind, media type,
+    file name, and the digest and size of the bytes it was given (or the URL)."""
+    last = next((m for m in reversed(messages) if m.role == Role.USER), None)
+    mine = [m for m in messages if last is not None and m.run_id == last.run_id]
+    first = next((m for m in mine if m.role == Role.USER), None)
+    parts = [p for p in (first.parts if first else ()) if p.kind != PartKind.TEXT]
+    seen = [replace(p, digest=digest_of(p.data), size=len(p.data)) if p.data else p for p in parts]
+    return "\n".join(p.describe() for p in seen) or "no content parts"
 
 
 def _estimate_input_tokens(messages: list[Message]) -> int:

@@ -28,6 +28,7 @@ attempt. Vendor quirks handled here:
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from collections.abc import AsyncGenerator, Mapping
@@ -38,6 +39,7 @@ import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
 
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, Role
 from behest.domain.runs import FinishReason, TokenUsage
 from behest.errors import (
@@ -252,6 +254,8 @@ def chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
 def chat_message(message: Message) -> dict[str, Any]:
     """One transcript message in Chat Completions form."""
     match message.role:
+        case Role.USER if message.parts:
+            return {"role": "user", "content": [_content_part(part) for part in message.parts]}
         case Role.SYSTEM | Role.USER:
             return {"role": message.role.value, "content": message.text}
         case Role.ASSISTANT:
@@ -275,6 +279,24 @@ def chat_message(message: Message) -> dict[str, Any]:
             content = f"Error: {message.text}" if message.is_error else message.text
             return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
     raise ValueError(f"unknown role {message.role!r}")
+
+
+def _content_part(part: ContentPart) -> dict[str, Any]:
+    """A content part as a Chat Completions user content part (text, image_url, file)."""
+    match part.kind:
+        case PartKind.TEXT:
+            return {"type": "text", "text": part.text}
+        case PartKind.IMAGE:
+            url = part.url or _data_url(part)
+            return {"type": "image_url", "image_url": {"url": url}}
+    file: dict[str, str] = {"file_data": _data_url(part)}
+    if part.filename:
+        file["filename"] = part.filename
+    return {"type": "file", "file": file}
+
+
+def _data_url(part: ContentPart) -> str:
+    return f"data:{part.media_type};base64,{base64.b64encode(part.data).decode()}"
 
 
 # --- stream mapping ---------------------------------------------------------------------

@@ -47,6 +47,7 @@ def new_run(
             first_step,
             trace_id=format(ids.trace_id, "032x"),
             span_id=format(ids.span_id, "016x"),
+            content=request.content,
         ),
     )
 

@@ -9,13 +9,14 @@ the event log (streams), the compaction settings, and the registries of provider
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from behest.domain.callers import Caller
 from behest.domain.catalog import ProviderInfo, ToolInfo
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
+from behest.domain.content import ContentPart
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role
 from behest.domain.runs import (
@@ -31,7 +32,7 @@ from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, UsageReport
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
-from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, quote
 from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs import catalog
@@ -89,6 +90,18 @@ class Operations:
 
     def max_output_tokens(self, provider: str, model: str) -> int | None:
         return self._providers.model_info(provider, model).max_output_tokens
+
+    def check_content(self, provider: str, model: str, parts: Sequence[ContentPart]) -> None:
+        """Raise InvalidArgument naming the first part the model's settings do not take."""
+        info = self._providers.model_info(provider, model)
+        for index, part in enumerate(parts):
+            if not info.takes(part):
+                taken = ", ".join(info.input_media or ()) or "text only"
+                raise InvalidArgument(
+                    f"content[{index}]: model {quote(model)} of provider {quote(provider)} "
+                    f"does not take {part.kind.value} {quote(part.media_type or 'by URL')} "
+                    f"(it takes: {taken}; its settings' input_media)"
+                )
 
     # --- runs ---------------------------------------------------------------------------
 
@@ -278,3 +291,20 @@ class Operations:
         """The tenant's breaker, and whether it is open now (its cool-down counted)."""
         state = await self._store.get_circuit_breaker(tenant=caller.tenant)
         return state, state.is_open(now=datetime.now(UTC), cooldown_s=self._cooldown_s)
+
+    # --- the run inspector (web/) ---------------------------------------------------------
+
+    async def run_messages(self, caller: Caller, run_id: str) -> list[Message]:
+        """The transcript messages the run wrote (its input, answers, tool results)."""
+        await self.get(caller, run_id)
+        return await self._store.run_messages(run_id)
+
+    async def child_runs(self, caller: Caller, run_id: str) -> list[Run]:
+        """The sub-agent runs the run started, oldest first."""
+        await self.get(caller, run_id)
+        return [r for r in await self._store.child_runs(run_id) if r.tenant == caller.tenant]
+
+    async def last_sequence(self, caller: Caller, run_id: str) -> int:
+        """The sequence of the run's last stored event."""
+        await self.get(caller, run_id)
+        return await self._store.last_sequence(run_id)

@@ -6,26 +6,31 @@ import uuid
 from datetime import UTC, datetime
 
 from behest.domain import events as ev
+from behest.domain.content import ContentPart, joined_text
 from behest.domain.messages import Message, Role
 from behest.domain.runs import Run, RunStatus, TokenUsage
 from behest.domain.snapshots import Snapshot
 from behest.store.base import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 
 
-def run_started(run: Run) -> ev.RunStarted:
-    return ev.RunStarted(run.session_id, run.provider, run.model)
+def run_started(run: Run, content: tuple[ContentPart, ...] = ()) -> ev.RunStarted:
+    """RunStarted; the run's content parts as references (never their bytes)."""
+    references = tuple(part.reference() for part in content)
+    return ev.RunStarted(run.session_id, run.provider, run.model, references)
 
 
-def user_message(run: Run, position: int) -> Message:
-    """The run's input as the session's next message."""
+def user_message(run: Run, position: int, content: tuple[ContentPart, ...] = ()) -> Message:
+    """The run's input (then its content parts, if any) as the session's next message."""
+    parts = ((ContentPart.text_part(run.input),) if run.input else ()) + content if content else ()
     return Message(
         id=str(uuid.uuid4()),
         session_id=run.session_id,
         run_id=run.id,
         position=position,
         role=Role.USER,
-        text=run.input,
+        text=joined_text(parts) if parts else run.input,
         created_at=datetime.now(UTC),
+        parts=parts,
     )
 
 
@@ -41,12 +46,20 @@ def initial_snapshot(run: Run) -> Snapshot:
     )
 
 
-def first_step(run: Run, position: int, *, trace_id: str, span_id: str) -> list[Write]:
-    """The writes that start a run: RunStarted (sequence 1), the user's message, the state."""
+def first_step(
+    run: Run,
+    position: int,
+    *,
+    trace_id: str,
+    span_id: str,
+    content: tuple[ContentPart, ...] = (),
+) -> list[Write]:
+    """The writes that start a run: RunStarted (sequence 1), the user's message (with the
+    request's content parts), the state."""
     event = ev.Event(
         run_id=run.id,
         sequence=1,
-        payload=run_started(run),
+        payload=run_started(run, content),
         timestamp=datetime.now(UTC),
         trace_id=trace_id,
         span_id=span_id,
@@ -55,6 +68,6 @@ def first_step(run: Run, position: int, *, trace_id: str, span_id: str) -> list[
     return [
         Fence(run.id, run.lease_generation),  # the creator's claim wrote it
         AppendEvent(event),
-        AppendMessage(user_message(run, position)),
+        AppendMessage(user_message(run, position, content)),
         PutSnapshot(initial_snapshot(run)),
     ]

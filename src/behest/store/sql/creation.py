@@ -108,7 +108,7 @@ def fresh_statement(
                     pass  # the creator's own claim: the event rows carry its generation
                 case AppendEvent(event):
                     events.append(rows.event_to_row(event, generation))
-                case AppendMessage(message):
+                case AppendMessage(message) if not message.parts:
                     messages.append(rows.message_to_row(message))
                 case PutSnapshot(snapshot):
                     snapshots[snapshot.run_id] = rows.snapshot_to_row(snapshot)

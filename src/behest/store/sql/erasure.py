@@ -75,7 +75,7 @@ def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
             "wait for it to end or cancel it, then delete the session"
         )
     deleted = delete_runs(conn, [run.id for run in runs], tenants=[tenant])
-    conn.execute(sa.delete(t.messages).where(t.messages.c.session_id == session_id))
+    _delete_messages(conn, t.messages.c.session_id == session_id)
     conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.session_id == session_id))
     conn.execute(sa.delete(t.sessions).where(_sessions.id == session_id))
     return deleted
@@ -111,9 +111,18 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
-        conn.execute(sa.delete(t.messages).where(t.messages.c.run_id.in_(chunk)))
+        _delete_messages(conn, t.messages.c.run_id.in_(chunk))
         deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)
     return deleted
+
+
+def _delete_messages(conn: Connection, where: sa.ColumnElement[bool]) -> None:
+    """Delete messages and the bytes of their content parts."""
+    blobs = t.content_blobs
+    conn.execute(
+        sa.delete(blobs).where(blobs.c.message_id.in_(sa.select(t.messages.c.id).where(where)))
+    )
+    conn.execute(sa.delete(t.messages).where(where))
 
 
 def delete_empty_sessions(conn: Connection, session_ids: Iterable[str]) -> int:

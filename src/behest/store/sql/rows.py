@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
+from behest.domain.content import ContentPart
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.output import ResponseFormat
@@ -315,8 +317,37 @@ def message_to_row(message: Message) -> dict[str, Any]:
         "is_error": message.is_error,
         "summary_through": message.summary_through,
         "reasoning_blocks": message.reasoning_blocks or None,
+        "parts": parts_to_json(message.parts),
         "created_at": message.created_at,
     }
+
+
+def parts_to_json(parts: tuple[ContentPart, ...]) -> str | None:
+    """A message's parts as references, JSON text (their bytes go to content_blobs)."""
+    if not parts:
+        return None
+    return json.dumps(
+        [{f.name: getattr(p, f.name) for f in fields(p) if f.name != "data"} for p in parts],
+        separators=(",", ":"),
+    )
+
+
+def blob_rows(message: Message) -> list[dict[str, Any]]:
+    """The content_blobs rows of a message's inline parts."""
+    return [
+        {"message_id": message.id, "part": index, "data": part.data}
+        for index, part in enumerate(message.parts)
+        if part.data
+    ]
+
+
+def with_blobs(message: Message, blobs: dict[int, bytes]) -> Message:
+    """The message with its inline parts' bytes (by part index) put back."""
+    parts = tuple(
+        replace(part, data=blobs[index]) if index in blobs else part
+        for index, part in enumerate(message.parts)
+    )
+    return replace(message, parts=parts)
 
 
 def message_from_row(row: Any) -> Message:
@@ -333,6 +364,7 @@ def message_from_row(row: Any) -> Message:
         is_error=bool(row.is_error),
         summary_through=row.summary_through,
         reasoning_blocks=row.reasoning_blocks or "",
+        parts=tuple(codec.content_part(p) for p in json.loads(row.parts)) if row.parts else (),
         created_at=utc(row.created_at),
     )
 

@@ -335,9 +335,20 @@ class SqlStore:
         return await self._messages(t.messages.c.run_id == run_id)
 
     async def _messages(self, where: sa.ColumnElement[bool]) -> list[Message]:
+        """Messages with their content parts' bytes: what a model is sent."""
         query = sa.select(t.messages).where(where).order_by(t.messages.c.position)
         async with self.engines.reader.connect() as conn:
-            return [rows.message_from_row(row) for row in await conn.execute(query)]
+            messages = [rows.message_from_row(row) for row in await conn.execute(query)]
+            with_parts = [m.id for m in messages if m.parts]
+            if not with_parts:
+                return messages
+            blobs = t.content_blobs
+            found: dict[str, dict[int, bytes]] = {}
+            for row in await conn.execute(
+                sa.select(blobs).where(blobs.c.message_id.in_(with_parts))
+            ):
+                found.setdefault(row.message_id, {})[row.part] = row.data
+        return [rows.with_blobs(m, found[m.id]) if m.id in found else m for m in messages]
 
     # --- sessions (store/sql/sessions.py) ---------------------------------------------
 

@@ -162,9 +162,22 @@ messages = sa.Table(
     sa.Column("summary_through", sa.Integer, nullable=True),
     # An assistant message's provider reasoning blocks, JSON text (migration 0013; NULL: none).
     sa.Column("reasoning_blocks", sa.Text, nullable=True),
+    # A user message's content parts as references, JSON text (migration 0014; NULL: none);
+    # their bytes are in content_blobs.
+    sa.Column("parts", sa.Text, nullable=True),
     sa.Column("created_at", Ts, nullable=False),
     sa.UniqueConstraint("session_id", "position", name="uq_messages_session_position"),
     sa.Index("ix_messages_run", "run_id"),
+)
+
+# The bytes of inline content parts (images, files), by message and part index (migration
+# 0014): read only when a transcript goes to a model, erased with their message.
+content_blobs = sa.Table(
+    "content_blobs",
+    metadata,
+    sa.Column("message_id", sa.String(36), primary_key=True),
+    sa.Column("part", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
 snapshots = sa.Table(

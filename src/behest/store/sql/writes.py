@@ -38,6 +38,7 @@ TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
 # call (their clauses, `excluded` columns) cost more than SQLite spent executing them.
 _INSERT_EVENTS = sa.insert(t.events)
 _INSERT_MESSAGES = sa.insert(t.messages)
+_INSERT_BLOBS = sa.insert(t.content_blobs)
 _CLEAR_TOOL_RESULTS = (
     sa.update(t.messages)
     .where(
@@ -103,6 +104,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     events: list[Event] = []
     generations: dict[str, int] = collections.defaultdict(int)  # by the steps' Fences
     messages: list[dict[str, Any]] = []
+    blobs: list[dict[str, Any]] = []
     run_updates: dict[str, UpdateRun] = {}
     snapshots: dict[str, Snapshot | None] = {}
     clears: list[dict[str, Any]] = []
@@ -118,6 +120,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
                 generations[run_id] = generation
             case AppendMessage(message):
                 messages.append(rows.message_to_row(message))
+                blobs.extend(rows.blob_rows(message))
             case UpdateRun():
                 # One UPDATE per run; as if applied in order, the first terminal one sticks.
                 earlier = run_updates.get(write.run_id)
@@ -138,6 +141,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
             case ExpireCalls():
                 expiries.extend((write.run_id, call_id) for call_id in write.call_ids)
     _execute(conn, _INSERT_MESSAGES, messages)
+    _execute(conn, _INSERT_BLOBS, blobs)
     _execute(conn, _INSERT_EVENTS, [rows.event_to_row(e, generations[e.run_id]) for e in events])
     for clear in clears:  # one by one, in order: a later prune of a session wins
         conn.execute(_CLEAR_TOOL_RESULTS, clear)

@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gent/v1/common.proto\x12\x08\x61gent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1b\n\nProviderId\x12\r\n\x05value\x18\x01 \x01(\t\"\x1a\n\tModelName\x12\r\n\x05value\x18\x01 \x01(\t\"\xa2\x01\n\nTokenUsage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x04\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x04 \x01(\x04\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x05 \x01(\x04\x12\x18\n\x10reasoning_tokens\x18\x06 \x01(\x04\"(\n\x04\x43ost\x12\x0e\n\x06\x61mount\x18\x01 \x01(\t\x12\x10\n\x08\x63urrency\x18\x02 \x01(\t\"H\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11parameters_schema\x18\x03 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"+\n\nPagination\x12\r\n\x05limit\x18\x01 \x01(\r\x12\x0e\n\x06offset\x18\x02 \x01(\r\"\x1b\n\x0bTextContent\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x1b\n\x0bJsonContent\x12\x0c\n\x04json\x18\x01 \x01(\t\".\n\x0cImageContent\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\"\x8f\x01\n\x0b\x43ontentPart\x12%\n\x04text\x18\x01 \x01(\x0b\x32\x15.agent.v1.TextContentH\x00\x12%\n\x04json\x18\x02 \x01(\x0b\x32\x15.agent.v1.JsonContentH\x00\x12\'\n\x05image\x18\x03 \x01(\x0b\x32\x16.agent.v1.ImageContentH\x00\x42\t\n\x07\x63ontent\"\xe0\x01\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12&\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x15.agent.v1.ContentPart\x12&\n\ntool_calls\x18\x05 \x03(\x0b\x32\x12.agent.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x11\n\ttool_name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xd3\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x02\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTENT_FILTER\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05\x12\x19\n\x15\x46INISH_REASON_UNKNOWN\x10\x06*\xc7\x02\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_PENDING\x10\x01\x12\x1d\n\x19RUN_STATUS_SESSION_LOADED\x10\x02\x12\x1f\n\x1bRUN_STATUS_BUILDING_CONTEXT\x10\x03\x12\x1c\n\x18RUN_STATUS_CALLING_MODEL\x10\x04\x12 \n\x1cRUN_STATUS_WAITING_FOR_TOOLS\x10\x05\x12\x19\n\x15RUN_STATUS_PERSISTING\x10\x06\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x07\x12\x15\n\x11RUN_STATUS_FAILED\x10\x08\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\t\x12 \n\x1cRUN_STATUS_WAITING_FOR_INPUT\x10\nb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gent/v1/common.proto\x12\x08\x61gent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1b\n\nProviderId\x12\r\n\x05value\x18\x01 \x01(\t\"\x1a\n\tModelName\x12\r\n\x05value\x18\x01 \x01(\t\"\xa2\x01\n\nTokenUsage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x04\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x04 \x01(\x04\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x05 \x01(\x04\x12\x18\n\x10reasoning_tokens\x18\x06 \x01(\x04\"(\n\x04\x43ost\x12\x0e\n\x06\x61mount\x18\x01 \x01(\t\x12\x10\n\x08\x63urrency\x18\x02 \x01(\t\"H\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11parameters_schema\x18\x03 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"+\n\nPagination\x12\r\n\x05limit\x18\x01 \x01(\r\x12\x0e\n\x06offset\x18\x02 \x01(\r\"\x1b\n\x0bTextContent\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x1b\n\x0bJsonContent\x12\x0c\n\x04json\x18\x01 \x01(\t\"`\n\x0cImageContent\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x04 \x01(\t\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\"d\n\x0b\x46ileContent\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\x12\x0e\n\x06\x64igest\x18\x04 \x01(\t\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\"\xb6\x01\n\x0b\x43ontentPart\x12%\n\x04text\x18\x01 \x01(\x0b\x32\x15.agent.v1.TextContentH\x00\x12%\n\x04json\x18\x02 \x01(\x0b\x32\x15.agent.v1.JsonContentH\x00\x12\'\n\x05image\x18\x03 \x01(\x0b\x32\x16.agent.v1.ImageContentH\x00\x12%\n\x04\x66ile\x18\x04 \x01(\x0b\x32\x15.agent.v1.FileContentH\x00\x42\t\n\x07\x63ontent\"\xe0\x01\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12&\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x15.agent.v1.ContentPart\x12&\n\ntool_calls\x18\x05 \x03(\x0b\x32\x12.agent.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x11\n\ttool_name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xd3\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x02\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTENT_FILTER\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05\x12\x19\n\x15\x46INISH_REASON_UNKNOWN\x10\x06*\xc7\x02\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_PENDING\x10\x01\x12\x1d\n\x19RUN_STATUS_SESSION_LOADED\x10\x02\x12\x1f\n\x1bRUN_STATUS_BUILDING_CONTEXT\x10\x03\x12\x1c\n\x18RUN_STATUS_CALLING_MODEL\x10\x04\x12 \n\x1cRUN_STATUS_WAITING_FOR_TOOLS\x10\x05\x12\x19\n\x15RUN_STATUS_PERSISTING\x10\x06\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x07\x12\x15\n\x11RUN_STATUS_FAILED\x10\x08\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\t\x12 \n\x1cRUN_STATUS_WAITING_FOR_INPUT\x10\nb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'behest._proto.agent.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=988
-  _globals['_FINISHREASON']._serialized_end=1199
-  _globals['_RUNSTATUS']._serialized_start=1202
-  _globals['_RUNSTATUS']._serialized_end=1529
+  _globals['_FINISHREASON']._serialized_start=1179
+  _globals['_FINISHREASON']._serialized_end=1390
+  _globals['_RUNSTATUS']._serialized_start=1393
+  _globals['_RUNSTATUS']._serialized_end=1720
   _globals['_PROVIDERID']._serialized_start=68
   _globals['_PROVIDERID']._serialized_end=95
   _globals['_MODELNAME']._serialized_start=97
@@ -55,9 +55,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JSONCONTENT']._serialized_start=537
   _globals['_JSONCONTENT']._serialized_end=564
   _globals['_IMAGECONTENT']._serialized_start=566
-  _globals['_IMAGECONTENT']._serialized_end=612
-  _globals['_CONTENTPART']._serialized_start=615
-  _globals['_CONTENTPART']._serialized_end=758
-  _globals['_MESSAGE']._serialized_start=761
-  _globals['_MESSAGE']._serialized_end=985
+  _globals['_IMAGECONTENT']._serialized_end=662
+  _globals['_FILECONTENT']._serialized_start=664
+  _globals['_FILECONTENT']._serialized_end=764
+  _globals['_CONTENTPART']._serialized_start=767
+  _globals['_CONTENTPART']._serialized_end=949
+  _globals['_MESSAGE']._serialized_start=952
+  _globals['_MESSAGE']._serialized_end=1176
 # @@protoc_insertion_point(module_scope)

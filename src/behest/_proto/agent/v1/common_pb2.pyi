@@ -325,27 +325,83 @@ Global___JsonContent: _TypeAlias = JsonContent  # noqa: Y015
 
 @_typing.final
 class ImageContent(_message.Message):
-    """An image referenced by URL."""
+    """An image referenced by URL or (added in behest 0.7) given inline as bytes."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     URL_FIELD_NUMBER: _builtins.int
     MIME_TYPE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
     url: _builtins.str
+    """An https URL the provider fetches itself; or empty when data is set."""
     mime_type: _builtins.str
+    """The image's media type: image/png, image/jpeg, image/gif or image/webp (required with data)."""
+    data: _builtins.bytes
+    """Added in behest 0.7. The image's bytes (instead of url). Never sent back: what behest
+    returns (events, transcripts) carries digest and size_bytes instead.
+    """
+    digest: _builtins.str
+    """Added in behest 0.7. Set by behest on what it returns: "sha256:" and the hex SHA-256 of
+    data. Ignored in requests.
+    """
+    size_bytes: _builtins.int
+    """Added in behest 0.7. Set by behest on what it returns: the length of data."""
     def __init__(
         self,
         *,
         url: _builtins.str = ...,
         mime_type: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        digest: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "digest", b"digest", "mime_type", b"mime_type", "size_bytes", b"size_bytes", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ImageContent: _TypeAlias = ImageContent  # noqa: Y015
+
+@_typing.final
+class FileContent(_message.Message):
+    """Added in behest 0.7. A file (a document such as a PDF) given inline."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    mime_type: _builtins.str
+    """The file's media type, e.g. application/pdf or text/plain."""
+    data: _builtins.bytes
+    """The file's bytes. Never sent back: what behest returns carries digest and size_bytes."""
+    filename: _builtins.str
+    """The file's name as the model may see it, e.g. "report.pdf"; optional."""
+    digest: _builtins.str
+    """Set by behest on what it returns: "sha256:" and the hex SHA-256 of data."""
+    size_bytes: _builtins.int
+    """Set by behest on what it returns: the length of data."""
+    def __init__(
+        self,
+        *,
+        mime_type: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        filename: _builtins.str = ...,
+        digest: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "digest", b"digest", "filename", b"filename", "mime_type", b"mime_type", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileContent: _TypeAlias = FileContent  # noqa: Y015
 
 @_typing.final
 class ContentPart(_message.Message):
@@ -356,24 +412,30 @@ class ContentPart(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     JSON_FIELD_NUMBER: _builtins.int
     IMAGE_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def text(self) -> Global___TextContent: ...
     @_builtins.property
     def json(self) -> Global___JsonContent: ...
     @_builtins.property
     def image(self) -> Global___ImageContent: ...
+    @_builtins.property
+    def file(self) -> Global___FileContent:
+        """Added in behest 0.7."""
+
     def __init__(
         self,
         *,
         text: Global___TextContent | None = ...,
         json: Global___JsonContent | None = ...,
         image: Global___ImageContent | None = ...,
+        file: Global___FileContent | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "image", b"image", "json", b"json", "text", b"text"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "file", b"file", "image", b"image", "json", b"json", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "image", b"image", "json", b"json", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "file", b"file", "image", b"image", "json", b"json", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "json", "image"]  # noqa: Y015
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "json", "image", "file"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 

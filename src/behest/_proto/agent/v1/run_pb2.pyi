@@ -363,19 +363,27 @@ class RunStartedEvent(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PROVIDER_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     provider: _builtins.str
     model: _builtins.str
+    @_builtins.property
+    def content(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ContentPart]:
+        """Added in behest 0.7. The run's content parts (CreateRunRequest.content) as references:
+        text, URLs, media types, file names, digests and sizes; never the bytes.
+        """
+
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         provider: _builtins.str = ...,
         model: _builtins.str = ...,
+        content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "model", b"model", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1371,9 +1379,11 @@ class CreateRunRequest(_message.Message):
     ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
     RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
+    """The user's message as text. Since behest 0.7 it may be empty when content is set."""
     metadata: _builtins.str
     """Optional JSON object stored with the run."""
     tool_choice: _builtins.str
@@ -1440,6 +1450,14 @@ class CreateRunRequest(_message.Message):
         the provider's default. Its reasoning streams as ReasoningDeltaEvents either way.
         """
 
+    @_builtins.property
+    def content(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ContentPart]:
+        """Added in behest 0.7. The user's message as content parts (text, images by URL or inline
+        bytes, files such as PDFs), beside or instead of input: input, when set, comes first.
+        The model must take each part's kind (its provider's settings say), else
+        INVALID_ARGUMENT. Bounded per part and per request by the server's settings.
+        """
+
     def __init__(
         self,
         *,
@@ -1462,10 +1480,11 @@ class CreateRunRequest(_message.Message):
         allow_sub_agents: _builtins.bool = ...,
         response_format: Global___ResponseFormat | None = ...,
         reasoning: Global___Reasoning | None = ...,
+        content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
