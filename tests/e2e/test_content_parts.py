@@ -323,7 +323,12 @@ async def test_anthropic_gets_image_and_document_blocks(
                 "source": {"type": "text", "media_type": "text/plain", "data": "notes"},
                 "title": "n.txt",
             },
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/c.png"}},
+            {
+                "type": "image",
+                "source": {"type": "url", "url": "https://example.com/c.png"},
+                # The end of the transcript so far: the prompt cache's breakpoint.
+                "cache_control": {"type": "ephemeral"},
+            },
         ],
     }
 

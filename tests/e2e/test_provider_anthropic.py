@@ -65,6 +65,9 @@ async def server(
         "max_attempts": 3,
         "timeout_s": 5,
         "models": {MODEL: {"context_window": 8000, "max_output_tokens": 256}},
+        # These tests compare whole requests: without prompt-cache breakpoints, which
+        # tests/e2e/test_prompt_caching.py covers.
+        "cache_breakpoints": [],
     }
     settings = fast_settings(tmp_path, coalesce_text_deltas=ONE_EVENT_PER_CHUNK).with_tables(
         {"providers": {PROVIDER: table}}, source="test"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import time
 from datetime import UTC, datetime
@@ -52,7 +53,7 @@ from behest.providers.base import (
     ToolCallBegin,
     ToolDefinition,
 )
-from behest.providers.config import ProviderConfig
+from behest.providers.config import CACHE_BREAKPOINTS, ProviderConfig
 from tests.fakes.anthropic_fake import message_object
 
 KEY = "sk-ant-unit-secret"
@@ -470,3 +471,19 @@ def test_a_provider_without_any_key_fails_at_start(
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))
     with pytest.raises(ValueError, match="no API key"):
         AnthropicProvider(ProviderConfig(name="claude", type="anthropic"))
+
+
+def test_the_transcripts_breakpoint_skips_thinking_blocks_and_marks_the_last_other() -> None:
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    history = [user("hi"), msg(Role.ASSISTANT, "Hello.", reasoning_blocks=json.dumps([thinking]))]
+    params = build_params(request(messages=history), cache=CACHE_BREAKPOINTS)
+    last = params["messages"][-1]["content"]
+    assert last[0] == thinking  # sent back exactly as the API gave it
+    assert last[1] == {**text("Hello."), "cache_control": {"type": "ephemeral"}}
+    assert "cache_control" not in params["messages"][0]["content"][0]
+
+
+def test_no_breakpoints_without_the_setting() -> None:
+    params = build_params(request(instructions="Be brief.", tools=[CALCULATOR]))
+    assert "cache_control" not in json.dumps(params)
+    assert params["system"] == "Be brief."

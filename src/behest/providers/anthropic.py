@@ -31,6 +31,14 @@ Request mapping (behest's normalised ModelRequest → `POST /v1/messages`, `stre
   thinking). An assistant message's thinking and redacted_thinking blocks, kept in the
   transcript as the API sent them (signatures included), are sent back first in its content,
   unchanged, as the API requires when tools are used.
+- Images and files (a user message's content parts) → `image` blocks (base64 or url source)
+  and `document` blocks (a PDF as base64, a text/plain file as a text source; its file name
+  as `title`).
+- Prompt caching (the provider's `cache_breakpoints`, default all): a `cache_control:
+  {"type": "ephemeral"}` breakpoint on the last of the run's tools, on the system prompt (then
+  sent as one text block), and on the last block of the transcript, so that the next call of
+  the run reads the conversation so far from the cache. Cache reads and writes come back in
+  usage (below) and are priced apart.
 
 Stream mapping (raw server-sent events → deltas): `content_block_start` of a `tool_use` block →
 ToolCallBegin; `text_delta` → TextChunk; `input_json_delta` → ToolCallArguments (empty
@@ -59,7 +67,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from typing import Any
 
 import anthropic
@@ -147,6 +155,7 @@ class AnthropicProvider:
     def __init__(self, config: ProviderConfig) -> None:
         self.name = config.name
         self._api_key = config.api_key
+        self._cache = config.cache_breakpoints
         try:
             self._client = anthropic.AsyncAnthropic(
                 # None lets the SDK find credentials its own way (ANTHROPIC_API_KEY, profiles).
@@ -169,7 +178,7 @@ class AnthropicProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[Delta, None]:
         """Stream one model call's deltas; the last one is `Finished`."""
-        params = build_params(request)
+        params = build_params(request, cache=self._cache)
         decoder = StreamDecoder(request.response_format)
         try:
             response = await self._client.messages.create(**params, stream=True)
@@ -391,8 +400,9 @@ class StreamDecoder:
 # --- request mapping ----------------------------------------------------------------------
 
 
-def build_params(request: ModelRequest) -> dict[str, Any]:
-    """The keyword arguments of `messages.create` for one model call (without `stream`)."""
+def build_params(request: ModelRequest, *, cache: Collection[str] = ()) -> dict[str, Any]:
+    """The keyword arguments of `messages.create` for one model call (without `stream`);
+    `cache`: where prompt-cache breakpoints go (tools, instructions, transcript)."""
     system = [request.instructions] if request.instructions.strip() else []
     system += [m.text for m in request.messages if m.role == Role.SYSTEM and m.text.strip()]
     messages = build_messages(request.messages)
@@ -429,7 +439,25 @@ def build_params(request: ModelRequest) -> dict[str, Any]:
     thinking = _thinking(request, params)
     if thinking is not None:
         params["thinking"] = thinking
+    _cache_breakpoints(params, cache, tools=len(request.tools))
     return params
+
+
+def _cache_breakpoints(params: dict[str, Any], cache: Collection[str], *, tools: int) -> None:
+    """Mark the ends of the stable prefixes for Anthropic's prompt cache: the run's tools,
+    the system prompt, and the transcript so far (its last block, read back by the next call
+    of the run). Prefixes shorter than the model's minimum are just not cached."""
+    if "tools" in cache and tools:
+        params["tools"][tools - 1]["cache_control"] = dict(EPHEMERAL)
+    if "instructions" in cache and "system" in params:
+        params["system"] = [
+            {"type": "text", "text": params["system"], "cache_control": dict(EPHEMERAL)}
+        ]
+    if "transcript" in cache and params["messages"]:
+        blocks = params["messages"][-1]["content"]
+        cacheable = [b for b in blocks if b["type"] not in _THINKING_TYPES]
+        if cacheable:
+            cacheable[-1]["cache_control"] = dict(EPHEMERAL)
 
 
 def _thinking(request: ModelRequest, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -443,6 +471,9 @@ def _thinking(request: ModelRequest, params: dict[str, Any]) -> dict[str, Any] |
     if budget < MIN_THINKING_BUDGET:
         return None
     return {"type": "enabled", "budget_tokens": budget}
+
+
+EPHEMERAL = {"type": "ephemeral"}
 
 
 def answer_tool(response_format: ResponseFormat) -> dict[str, Any]:

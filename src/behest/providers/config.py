@@ -16,6 +16,11 @@
     output_price = "0.60"
     cached_input_price = "0.075"         # optional; default: input_price
     cache_write_price = "0.15"           # optional; default: input_price
+    [providers.claude]
+    type = "anthropic"
+    cache_breakpoints = ["tools", "instructions", "transcript"]  # prompt caching: where
+                                         # cache_control breakpoints go (default: all three)
+    [providers.claude.models."claude-sonnet-4-5"]
     input_media = ["image/*", "application/pdf"]  # what it takes beside text (content
                                          # parts); default by type: DEFAULT_INPUT_MEDIA;
                                          # [] for a text-only model
@@ -63,7 +68,10 @@ _KEYS = {
     "backoff_initial_s",
     "backoff_max_s",
     "max_retry_after_s",
+    "cache_breakpoints",
 }
+# Where an anthropic provider puts prompt-cache breakpoints (cache_control), by default all.
+CACHE_BREAKPOINTS = ("tools", "instructions", "transcript")
 
 
 # What a model of each provider type takes beside text, unless its settings say
@@ -106,6 +114,8 @@ class ProviderConfig:
     models: dict[str, ModelInfo] = field(default_factory=dict)
     timeout_s: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Anthropic prompt caching: which of CACHE_BREAKPOINTS get a cache_control breakpoint.
+    cache_breakpoints: tuple[str, ...] = ()
 
     def model_info(self, model: str) -> ModelInfo:
         info = self.models.get(model, ModelInfo())
@@ -148,6 +158,7 @@ def _parse_one(name: str, raw: Any, *, defaults: RetryPolicy, timeout_s: float) 
         currency=currency,
         models=_models(where, kind, raw.get("models"), currency),
         timeout_s=_seconds(where, raw, "timeout_s", timeout_s),
+        cache_breakpoints=_breakpoints(where, kind, raw),
         retry=RetryPolicy(
             max_attempts=int(raw.get("max_attempts", defaults.max_attempts)),
             backoff_initial_s=_seconds(where, raw, "backoff_initial_s", defaults.backoff_initial_s),
@@ -177,6 +188,24 @@ def _models(where: str, kind: str, raw: Any, currency: str) -> dict[str, ModelIn
             input_media=_media(at, info["input_media"]) if "input_media" in info else None,
         )
     return models
+
+
+def _breakpoints(where: str, kind: str, raw: dict[str, Any]) -> tuple[str, ...]:
+    """An anthropic provider's cache_breakpoints (default all); others cache by themselves."""
+    if "cache_breakpoints" not in raw:
+        return CACHE_BREAKPOINTS if kind == "anthropic" else ()
+    value = raw["cache_breakpoints"]
+    if kind != "anthropic":
+        raise ValueError(
+            f"{where}.cache_breakpoints: only an anthropic provider takes them (OpenAI caches "
+            "long prompts by itself, and reports the cached tokens)"
+        )
+    if not isinstance(value, list) or not set(value) <= set(CACHE_BREAKPOINTS):
+        raise ValueError(
+            f"{where}.cache_breakpoints must be a list of {', '.join(CACHE_BREAKPOINTS)} "
+            f"([] for none); got {value!r}"
+        )
+    return tuple(value)
 
 
 def _media(at: str, value: Any) -> tuple[str, ...]:
