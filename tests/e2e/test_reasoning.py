@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.render import EventPrinter
 from tests.store.conftest import BACKENDS
 from tests.support import (
@@ -95,6 +96,16 @@ async def test_a_scripted_usage_carries_reasoning_tokens_across_tool_calls(
     assert [u.total_tokens for u in usages] == [17, 23]
     assert _joined(events, "reasoning_delta") == "I should addit said 4"
     assert _joined(events, "text_delta") == "4"
+    # The run's totals and the usage RPC sum them too.
+    run_id = events[0].run_id
+    record = (await served.runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
+    output = (await served.runs.GetRunOutput(pb.GetRunOutputRequest(run_id=run_id))).output
+    assert record.total_usage.reasoning_tokens == output.total_usage.reasoning_tokens == 7
+    assert output.total_usage.output_tokens == 10
+    usage = await rpc.UsageServiceStub(served.channel).GetUsage(
+        pb.GetUsageRequest(session_id=events[0].run_started.session_id)
+    )
+    assert usage.total_usage.reasoning_tokens == usage.days[0].usage.reasoning_tokens == 7
 
 
 def test_the_cli_shows_reasoning_apart_from_the_answer() -> None:

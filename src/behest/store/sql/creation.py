@@ -233,6 +233,7 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "output_tokens": 0,
         "cached_input_tokens": 0,
         "cache_write_tokens": 0,
+        "reasoning_tokens": 0,
         "error": "",
         "failure_code": int(FailureCode.UNSPECIFIED),
         "cost": None,

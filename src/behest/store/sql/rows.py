@@ -133,7 +133,11 @@ def cancel_from_row(row: Any) -> Cancel | None:
 def usage_from_row(row: Any) -> TokenUsage:
     """The tokens of a runs or snapshots row."""
     return TokenUsage(
-        row.input_tokens, row.output_tokens, row.cached_input_tokens, row.cache_write_tokens
+        row.input_tokens,
+        row.output_tokens,
+        row.cached_input_tokens,
+        row.cache_write_tokens,
+        row.reasoning_tokens,
     )
 
 
@@ -384,6 +388,7 @@ def snapshot_to_row(snapshot: Snapshot) -> dict[str, Any]:
         "finish_reason": int(snapshot.finish_reason),
         "cached_input_tokens": snapshot.usage.cached_input_tokens,
         "cache_write_tokens": snapshot.usage.cache_write_tokens,
+        "reasoning_tokens": snapshot.usage.reasoning_tokens,
         "cost": cost,
         "currency": currency,
         "tool_calls": snapshot.tool_calls,

@@ -85,6 +85,7 @@ def _daily_query(dialect: str, *, by_session: bool) -> sa.Select[Any]:
             sa.func.sum(_runs.output_tokens).label("output"),
             sa.func.sum(_runs.cached_input_tokens).label("cached"),
             sa.func.sum(_runs.cache_write_tokens).label("cache_write"),
+            sa.func.sum(_runs.reasoning_tokens).label("reasoning"),
             _cost_sum(dialect).label("cost"),
         )
         .where(
@@ -151,7 +152,13 @@ def _one_currency(costs: dict[str, Decimal]) -> Money | None:
 
 def _usage(row: Any) -> TokenUsage:
     # SUM of BIGINT is NUMERIC on PostgreSQL (a Decimal here).
-    return TokenUsage(int(row.input), int(row.output), int(row.cached), int(row.cache_write))
+    return TokenUsage(
+        int(row.input),
+        int(row.output),
+        int(row.cached),
+        int(row.cache_write),
+        int(row.reasoning),
+    )
 
 
 def _day(name: str, text: str) -> date:

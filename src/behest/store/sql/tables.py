@@ -88,6 +88,8 @@ runs = sa.Table(
     sa.Column("failure_code", sa.SmallInteger, nullable=False, server_default="0"),
     sa.Column("cached_input_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # Output tokens spent reasoning, part of output_tokens (migration 0015).
+    sa.Column("reasoning_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cost", sa.Text, nullable=True),
     sa.Column("currency", sa.String(8), nullable=False, server_default=""),
     sa.Column("max_tokens", sa.BigInteger, nullable=False, server_default="0"),
@@ -196,6 +198,8 @@ snapshots = sa.Table(
     # Spend (migration 0008): as on runs, and the tool calls made so far.
     sa.Column("cached_input_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # Output tokens spent reasoning, part of output_tokens (migration 0015).
+    sa.Column("reasoning_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("cost", sa.Text, nullable=True),
     sa.Column("currency", sa.String(8), nullable=False, server_default=""),
     sa.Column("tool_calls", sa.Integer, nullable=False, server_default="0"),

@@ -156,7 +156,8 @@ class TokenUsage(_message.Message):
     reasoning_tokens: _builtins.int
     """Added in behest 0.7. Output tokens the model spent reasoning, as the provider reports them
     (OpenAI completion_tokens_details.reasoning_tokens; Anthropic does not say, 0). Part of
-    output_tokens, not added to total_tokens. Reported per model call (UsageRecordedEvent).
+    output_tokens, not added to total_tokens. Reported per model call (UsageRecordedEvent),
+    and summed in run totals and GetUsage (since behest 0.7; 0 for runs stored before).
     """
     def __init__(
         self,
