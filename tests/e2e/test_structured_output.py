@@ -5,6 +5,7 @@ PostgreSQL. An answer that does not fit gets exactly one repair call, then the r
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
 from tests.store.conftest import BACKENDS
@@ -24,6 +26,7 @@ from tests.support import (
     fast_settings,
     kind,
     script,
+    server_process,
     start_server,
     stop_server,
 )
@@ -204,3 +207,50 @@ async def test_a_bad_response_format_is_invalid_argument_naming_the_field(
         await server.runs.CreateRun(request)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert message in (err.value.details() or "")
+
+
+async def test_a_crash_in_the_middle_of_the_repair_resumes_it_and_never_repairs_twice(
+    tmp_path: Path,
+) -> None:
+    # Call 1 answers in words; call 2 (the repair) is cut by a kill -9; after the restart the
+    # repair is asked again as call 3. The repair already asked counts: a run whose third
+    # answer is invalid too fails, and is not repaired a second time.
+    slow = {"text": " ".join(["wait"] * 200), "delay_ms": 20}
+    cases = {
+        "repaired": structured({"text": "four"}, slow, {"text": '{"answer": 4}'}),
+        "invalid again": structured({"text": "four"}, slow, {"text": "still four"}),
+    }
+    cut: dict[str, list[pb.AgentEvent]] = {}
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            for name, request in cases.items():
+                events: list[pb.AgentEvent] = []
+                async for event in stub.CreateRunStream(request):
+                    events.append(event)
+                    if kind(event) == "text_delta" and events[-2].HasField("model_started"):
+                        if events[-2].model_started.iteration == 2:
+                            break  # the repair call has begun streaming
+                cut[name] = events
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            ended = {}
+            for name, before in cut.items():
+                run_id = before[0].run_id
+                events = await collect(stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+                assert events[: len(before)] == before
+                kinds = [kind(e) for e in events]
+                assert sum(k in ("run_completed", "run_failed") for k in kinds) == 1
+                assert kinds.count("model_started") == 3
+                rejected = [
+                    e.output_rejected.repairing for e in events if kind(e) == "output_rejected"
+                ]
+                output = (await stub.GetRunOutput(pb.GetRunOutputRequest(run_id=run_id))).output
+                ended[name] = (kinds[-1], rejected, MessageToDict(output).get("structuredOutput"))
+    assert ended == {
+        "repaired": ("run_completed", [True], {"answer": 4}),
+        "invalid again": ("run_failed", [True, False], None),
+    }
