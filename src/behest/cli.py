@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import grpc.aio
 
-from behest import cli_catalog, cli_waits
+from behest import cli_catalog, cli_inputs, cli_waits
 from behest._proto.agent.v1 import common_pb2, run_pb2
 from behest.client import BehestClient
 from behest.config import DEFAULT_LISTEN, Settings, is_loopback
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metadata", default="", help="a JSON object stored with the run")
     run.add_argument("--tool-choice", default="", help="auto, none or required")
     cli_waits.add_run_options(run)
+    cli_inputs.add_run_options(run)
     run.set_defaults(func=_run)
 
     watch = commands.add_parser("watch", parents=[server], help="follow a run's events")
@@ -306,7 +307,7 @@ def _is_loopback(address: str) -> bool:
 
 
 def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
-    waits = cli_waits.wait_options(args)
+    options = cli_inputs.run_options(args, cli_waits.wait_options(args))
     # In a terminal approvals are asked for; otherwise shown with how to answer them.
     interactive = cli_waits.is_terminal(sys.stdin)
     printer.approval_hints = not interactive
@@ -322,7 +323,7 @@ def _run(args: argparse.Namespace, printer: EventPrinter) -> int:
                 metadata=args.metadata,
                 tool_choice=args.tool_choice,
                 approve=approve,
-                **waits,
+                **options,
             )
             return await _render_all(events, printer)
 

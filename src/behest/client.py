@@ -44,6 +44,7 @@ from behest._proto.agent.v1 import (
     session_pb2,
     session_pb2_grpc,
 )
+from behest.client_inputs import RunOptions, fill
 from behest.client_waits import (
     Approval,
     Approver,
@@ -185,13 +186,14 @@ class BehestClient:
         metadata: str = "",
         tool_choice: str = "",
         client_request_id: str = "",
-        **waits: Unpack[WaitOptions],
+        **waits: Unpack[RunOptions],
     ) -> tuple[str, str]:
         """Create a run and return (run_id, session_id); retried on UNAVAILABLE, idempotently.
 
         `waits`: the run's waiting options (WaitOptions: `client_tools`, name → ClientTool or
         (description, JSON Schema); `approval_required_tools`; `approve_side_effects`;
-        `approval_timeout_s`; `client_tool_timeout_s`)."""
+        `approval_timeout_s`; `client_tool_timeout_s`) and what it is given beside its text
+        (RunOptions in client_inputs.py: `content`, `response_format`, `reasoning`)."""
         request = _create_request(
             input, session_id, provider, model, metadata, tool_choice, client_request_id, waits
         )
@@ -209,7 +211,7 @@ class BehestClient:
         tool_choice: str = "",
         client_request_id: str = "",
         approve: Approver | None = None,
-        **waits: Unpack[WaitOptions],
+        **waits: Unpack[RunOptions],
     ) -> AsyncGenerator[run_pb2.AgentEvent, None]:
         """Create a run and yield its events to the terminal one, resuming after breaks.
 
@@ -479,9 +481,9 @@ def _create_request(
     metadata: str,
     tool_choice: str,
     client_request_id: str,
-    waits: WaitOptions,
+    waits: RunOptions,
 ) -> run_pb2.CreateRunRequest:
-    return run_pb2.CreateRunRequest(
+    request = run_pb2.CreateRunRequest(
         session_id=session_id,
         provider=common_pb2.ProviderId(value=provider),
         model=common_pb2.ModelName(value=model),
@@ -496,3 +498,5 @@ def _create_request(
         approval_timeout_s=waits.get("approval_timeout_s", 0),
         client_tool_timeout_s=waits.get("client_tool_timeout_s", 0),
     )
+    fill(request, waits)
+    return request
