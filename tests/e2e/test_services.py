@@ -388,7 +388,10 @@ async def test_list_providers_shows_models_and_prices_but_never_a_key(tmp_path: 
             "api_key_file": str(key_file),
             "default_model": "gpt-test",
             "currency": "EUR",
-            "models": {"gpt-test": model, "gpt-free": {"context_window": 8_000}},
+            "models": {
+                "gpt-test": model,
+                "gpt-free": {"context_window": 8_000, "input_media": []},
+            },
         }
     }
     settings = fast_settings(tmp_path / "data").with_tables({"providers": providers}, source="t")
@@ -407,6 +410,7 @@ async def test_list_providers_shows_models_and_prices_but_never_a_key(tmp_path: 
     assert local.type == "local"
     assert [m.name.value for m in local.models] == ["echo", "script"]
     assert local.models[0].context_window == 128_000 and local.models[0].input_price == ""
+    assert list(local.models[0].input_media) == ["*/*"]
 
     openai = found["openai"]
     assert (openai.type, openai.base_url, openai.default_model) == (
@@ -415,6 +419,9 @@ async def test_list_providers_shows_models_and_prices_but_never_a_key(tmp_path: 
         "gpt-test",
     )
     free, priced = openai.models
+    # What each takes beside text: its settings, else the provider type's default.
+    assert list(free.input_media) == []
+    assert list(priced.input_media) == ["image/*", "application/pdf"]
     assert (free.name.value, free.context_window, free.input_price, free.currency) == (
         "gpt-free",
         8_000,

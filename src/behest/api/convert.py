@@ -337,6 +337,7 @@ def _model_info(value: catalog.ModelInfo) -> pb_catalog.ModelInfo:
         name=pb_common.ModelName(value=value.name),
         context_window=value.context_window,
         max_output_tokens=value.max_output_tokens,
+        input_media=value.input_media,
     )
     prices = value.prices
     if prices is not None:

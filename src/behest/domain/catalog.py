@@ -33,6 +33,8 @@ class ModelInfo:
     context_window: int
     max_output_tokens: int
     prices: Prices | None = None
+    # Media types it takes beside text (content parts); () text only.
+    input_media: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,7 +74,7 @@ def _provider(config: ProviderConfig) -> ProviderInfo:
         type=config.type,
         base_url=config.base_url,
         default_model=config.default_model,
-        models=tuple(_model(name, known[name]) for name in sorted(known)),
+        models=tuple(_model(name, config.model_info(name)) for name in sorted(known)),
     )
 
 
@@ -84,4 +84,5 @@ def _model(name: str, info: ConfiguredModel) -> ModelInfo:
         context_window=info.context_window,
         max_output_tokens=info.max_output_tokens,
         prices=info.prices,
+        input_media=info.input_media or (),
     )

@@ -111,6 +111,7 @@ class ModelInfo(_message.Message):
     CACHED_INPUT_PRICE_FIELD_NUMBER: _builtins.int
     CACHE_WRITE_PRICE_FIELD_NUMBER: _builtins.int
     CURRENCY_FIELD_NUMBER: _builtins.int
+    INPUT_MEDIA_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     max_output_tokens: _builtins.int
     input_price: _builtins.str
@@ -121,6 +122,12 @@ class ModelInfo(_message.Message):
     currency: _builtins.str
     @_builtins.property
     def name(self) -> _common_pb2.ModelName: ...
+    @_builtins.property
+    def input_media(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Added in behest 0.7: the media types the model takes beside text as content parts
+        ("image/*" for any image, "application/pdf", ...); empty: text only.
+        """
+
     def __init__(
         self,
         *,
@@ -132,10 +139,11 @@ class ModelInfo(_message.Message):
         cached_input_price: _builtins.str = ...,
         cache_write_price: _builtins.str = ...,
         currency: _builtins.str = ...,
+        input_media: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_write_price", b"cache_write_price", "cached_input_price", b"cached_input_price", "context_window", b"context_window", "currency", b"currency", "input_price", b"input_price", "max_output_tokens", b"max_output_tokens", "name", b"name", "output_price", b"output_price"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_write_price", b"cache_write_price", "cached_input_price", b"cached_input_price", "context_window", b"context_window", "currency", b"currency", "input_media", b"input_media", "input_price", b"input_price", "max_output_tokens", b"max_output_tokens", "name", b"name", "output_price", b"output_price"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
