@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests import network_guard
+from tests.store.conftest import BACKENDS
 from tests.support import (
     NO_POSTGRES,
     POSTGRES_URL,
@@ -29,6 +30,23 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
     running = await start_server(fast_settings(tmp_path))
+    try:
+        yield running
+    finally:
+        await stop_server(running)
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Empty for SQLite in the data directory, else the session's PostgreSQL database."""
+    return "" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Server]:
+    """A server on SQLite, and (a second run of the test) on PostgreSQL."""
+    overrides = {"database_url": database_url} if database_url else {}
+    running = await start_server(fast_settings(tmp_path, **overrides))
     try:
         yield running
     finally:

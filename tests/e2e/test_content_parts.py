@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
 from behest.store.sql import tables as t
 from tests.fakes.anthropic_fake import FakeAnthropic, text_reply
 from tests.fakes.openai_fake import FakeOpenAI, text
-from tests.store.conftest import BACKENDS
 from tests.support import (
     Server,
     collect,
@@ -74,21 +72,6 @@ async def count(server: Server, table: sa.Table) -> int:
 async def stored_payloads(server: Server) -> list[str]:
     async with server.app.store.engines.reader.connect() as conn:  # type: ignore[attr-defined]
         return [row.payload for row in await conn.execute(sa.select(t.events.c.payload))]
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest) -> str:
-    return "" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Server]:
-    overrides = {"database_url": database_url} if database_url else {}
-    running = await start_server(fast_settings(tmp_path, **overrides))
-    try:
-        yield running
-    finally:
-        await stop_server(running)
 
 
 async def test_the_model_gets_each_part_and_the_log_keeps_only_references(

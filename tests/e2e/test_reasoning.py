@@ -5,8 +5,6 @@ apart from the answer's text, with its tokens in usage; through a real server wi
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -14,33 +12,13 @@ import pytest
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.render import EventPrinter
-from tests.store.conftest import BACKENDS
 from tests.support import (
     Server,
     collect,
     create_request,
-    fast_settings,
     kind,
     script,
-    start_server,
-    stop_server,
 )
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest) -> str:
-    """Empty for SQLite in the data directory, else the session's PostgreSQL database."""
-    return "" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Server]:
-    overrides = {"database_url": database_url} if database_url else {}
-    running = await start_server(fast_settings(tmp_path, **overrides))
-    try:
-        yield running
-    finally:
-        await stop_server(running)
 
 
 def _joined(events: list[pb.AgentEvent], name: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,38 +17,17 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
-from tests.store.conftest import BACKENDS
 from tests.support import (
     Server,
     collect,
     create_request,
-    fast_settings,
     kind,
     script,
     server_process,
-    start_server,
-    stop_server,
 )
 
 SUM = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 WORDS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest) -> str:
-    """Empty for SQLite in the data directory, else the session's PostgreSQL database."""
-    return "" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Server]:
-    """A server on SQLite, or on PostgreSQL."""
-    overrides = {"database_url": database_url} if database_url else {}
-    running = await start_server(fast_settings(tmp_path, **overrides))
-    try:
-        yield running
-    finally:
-        await stop_server(running)
 
 
 def structured(
