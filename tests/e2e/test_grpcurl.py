@@ -686,15 +686,21 @@ async def test_get_run_output_shows_the_answer(recipes: Recipes) -> None:
 STRUCTURED_RECIPE = "agent.v1.RunService/CreateRunStream response_format"
 
 
+async def whole_run(recipes: Recipes, key: str) -> list[dict[str, Any]]:
+    """The events of a CreateRunStream recipe, checked whole (1..N, one terminal event)."""
+    result = await recipes.run(key)
+    assert result.code == 0, result.stderr
+    events = result.documents()
+    assert_whole_run(events, field(events[0], "run_id"))
+    return events
+
+
 @runs(STRUCTURED_RECIPE, "agent.v1.RunService/GetRunOutput")
 async def test_a_structured_output_run_is_repaired_once_and_returns_the_parsed_answer(
     recipes: Recipes,
 ) -> None:
-    result = await recipes.run(STRUCTURED_RECIPE)  # the doc's script is the point
-    assert result.code == 0, result.stderr
-    events = result.documents()
+    events = await whole_run(recipes, STRUCTURED_RECIPE)  # the doc's script is the point
     run_id = field(events[0], "run_id")
-    assert_whole_run(events, run_id)
     kinds = [event_kind(e) for e in events]
     assert kinds[-1] == "run_completed"
     assert kinds.count("model_started") == 2
@@ -713,10 +719,7 @@ REASONING_RECIPE = "agent.v1.RunService/CreateRunStream reasoning"
 async def test_a_reasoning_run_streams_its_reasoning_apart_from_its_answer(
     recipes: Recipes,
 ) -> None:
-    result = await recipes.run(REASONING_RECIPE)  # the doc's script is the point
-    assert result.code == 0, result.stderr
-    events = result.documents()
-    assert_whole_run(events, field(events[0], "run_id"))
+    events = await whole_run(recipes, REASONING_RECIPE)  # the doc's script is the point
     kinds = [event_kind(e) for e in events]
     assert kinds[-1] == "run_completed"
     thoughts = "".join(
@@ -736,10 +739,7 @@ IMAGE_RECIPE = "agent.v1.RunService/CreateRunStream content"
 async def test_an_image_input_reaches_the_model_and_the_log_keeps_its_digest(
     recipes: Recipes,
 ) -> None:
-    result = await recipes.run(IMAGE_RECIPE)  # the doc's image is the point
-    assert result.code == 0, result.stderr
-    events = result.documents()
-    assert_whole_run(events, field(events[0], "run_id"))
+    events = await whole_run(recipes, IMAGE_RECIPE)  # the doc's image is the point
     assert event_kind(events[-1]) == "run_completed"
     digest = f"sha256:{PNG_SHA256}"
     [part] = field(payload(events[0]), "content")
