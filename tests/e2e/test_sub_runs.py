@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from behest._proto.agent.v1 import session_pb2 as spb
+from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
 from tests.support import (
     Server,
     collect,
@@ -190,3 +193,30 @@ async def test_a_crash_mid_child_resumes_both_and_each_ends_once(tmp_path: Path)
         assert [e.sequence for e in log] == list(range(1, len(log) + 1))
     assert [kind(e) for e in parent_log].count("sub_run_started") == 1
     assert "child finished" in texts(parent_log)
+
+
+async def test_deleting_the_parents_session_erases_its_childrens_sessions(server: Server) -> None:
+    grandchild = spawn([{"text": "deepest"}])
+    child = spawn([{"tool_calls": [grandchild]}])  # children inherit allow_sub_agents
+    request = parent({"tool_calls": [child, spawn([{"text": "other"}])]})
+    events = await collect(server.runs.CreateRunStream(request))
+    assert kind(events[-1]) == "run_completed", events[-1]
+    children = [s.child_run_id for s in of_kind(events, "sub_run_started")]
+    child_logs = [await log_of(server.runs, run_id) for run_id in children]
+    grandchildren = [s.child_run_id for log in child_logs for s in of_kind(log, "sub_run_started")]
+    assert len(children) == 2 and len(grandchildren) == 1
+    sessions = session_rpc.SessionServiceStub(server.channel)
+    deleted = await sessions.DeleteSession(
+        spb.DeleteSessionRequest(session_id=events[0].run_started.session_id)
+    )
+    assert deleted.runs_deleted == 4
+    for run_id in [events[0].run_id, *children, *grandchildren]:
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await server.runs.GetRun(pb.GetRunRequest(run_id=run_id))
+        assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+    for log in child_logs:
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await sessions.GetSession(
+                spb.GetSessionRequest(session_id=log[0].run_started.session_id)
+            )
+        assert gone.value.code() == grpc.StatusCode.NOT_FOUND

@@ -2,7 +2,8 @@
 
 Everything of a run goes with it, in the same transaction: its events, snapshot, pending
 calls, idempotency keys and messages. A session goes when it is deleted (`delete_session`,
-only while no run is active on it) or when pruning left it with no runs and no messages.
+only while no run is active on it; the sessions of its runs' sub-agent runs go with it) or
+when pruning left it with no runs and no messages.
 
 Pruning keeps every run that is not finished (a WAITING_FOR_INPUT run is not), and also the
 finished runs of a session a run is still active on: a waiting or interrupted run reads the
@@ -56,7 +57,8 @@ _EMPTY_SESSION = sa.and_(
 
 
 def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
-    """Erase the tenant's idle session and everything of it; the number of runs erased."""
+    """Erase the tenant's idle session and everything of it, its runs' sub-agent runs (and
+    their sessions) included; the number of runs erased."""
     session = conn.execute(
         sa.select(_sessions.active_run_id)
         .where(_sessions.id == session_id, _sessions.tenant == tenant)
@@ -64,8 +66,9 @@ def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
     ).first()
     if session is None:  # another tenant's session is answered as one that does not exist
         raise NotFound(f"session {quote(session_id)} not found")
+    sessions = with_sub_run_sessions(conn, session_id)
     runs = conn.execute(
-        sa.select(_runs.id, _runs.status).where(_runs.session_id == session_id)
+        sa.select(_runs.id, _runs.status).where(_runs.session_id.in_(sessions))
     ).all()
     unfinished = [run.id for run in runs if not RunStatus(run.status).is_terminal]
     active = session.active_run_id or next(iter(unfinished), None)
@@ -75,10 +78,26 @@ def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
             "wait for it to end or cancel it, then delete the session"
         )
     deleted = delete_runs(conn, [run.id for run in runs], tenants=[tenant])
-    _delete_messages(conn, t.messages.c.session_id == session_id)
-    conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.session_id == session_id))
-    conn.execute(sa.delete(t.sessions).where(_sessions.id == session_id))
+    for chunk in _chunks(sessions):
+        _delete_messages(conn, t.messages.c.session_id.in_(chunk))
+        conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.session_id.in_(chunk)))
+        conn.execute(sa.delete(t.sessions).where(_sessions.id.in_(chunk)))
     return deleted
+
+
+def with_sub_run_sessions(conn: Connection, session_id: str) -> list[str]:
+    """The session, then the sessions of its runs' sub-agent runs, of theirs, and so on."""
+    found = [session_id]
+    frontier = [session_id]
+    while frontier:
+        children: set[str] = set()
+        for chunk in _chunks(frontier):
+            parents = sa.select(_runs.id).where(_runs.session_id.in_(chunk))
+            query = sa.select(_runs.session_id).where(_runs.parent_run_id.in_(parents))
+            children.update(conn.execute(query).scalars())
+        frontier = sorted(children - set(found))
+        found += frontier
+    return found
 
 
 def prune_runs(conn: Connection, *, older_than: datetime, limit: int) -> int:
