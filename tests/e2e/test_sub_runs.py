@@ -220,3 +220,34 @@ async def test_deleting_the_parents_session_erases_its_childrens_sessions(server
                 spb.GetSessionRequest(session_id=log[0].run_started.session_id)
             )
         assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_starting_a_child_can_wait_for_an_approval(server: Server) -> None:
+    steps = ({"tool_calls": [spawn([{"text": "child says hi"}])]}, {"say": "tool_results"})
+    for options in ({"approval_required_tools": ["spawn_agent"]}, {"approve_side_effects": True}):
+        stream = server.runs.CreateRunStream(parent(*steps, **options))
+        before = []
+        async for event in stream:
+            before.append(event)
+            if kind(event) == "approval_requested":
+                break
+        call = before[-1].approval_requested.call
+        assert call.name == "spawn_agent"
+        assert "sub_run_started" not in [kind(e) for e in before]
+        answer = pb.SubmitApprovalsRequest(
+            run_id=before[0].run_id,
+            approvals=[pb.ApprovalAnswer(call_id=call.id, decision=pb.APPROVAL_DECISION_ALLOW)],
+        )
+        await server.runs.SubmitApprovals(answer)
+        after = [e async for e in stream]
+        assert kind(after[-1]) == "run_completed"
+        assert len(of_kind(after, "sub_run_started")) == 1
+        assert "child says hi" in texts(after)
+    # Only a run that may start children can ask for their approval.
+    request = create_request("hi", approval_required_tools=["spawn_agent"])
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await server.runs.CreateRun(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "approval_required_tools: unknown server tool 'spawn_agent'" in (
+        refused.value.details() or ""
+    )

@@ -128,7 +128,8 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
     offer.check_model(provider, model)
     offer.check_content(provider, model, content)
     known = offer.tool_names()
-    waits = wait_options(request, known, limits.max_wait_s)
+    spawn = [SPAWN_TOOL] if request.allow_sub_agents else []
+    waits = wait_options(request, [*known, *spawn], limits.max_wait_s)
     budget = run_budget(request.budget, limits.max_wait_s)
     if budget.max_cost is not None and not offer.has_prices(provider, model):
         raise InvalidArgument(
@@ -139,7 +140,6 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
     _check_tools(request.tools, tool_choice, known, client_names)
     response_format = None
     if request.HasField("response_format"):
-        spawn = [SPAWN_TOOL] if request.allow_sub_agents else []
         taken = [*(request.tools or known), *client_names, *spawn]
         response_format = run_response_format(request.response_format, taken)
     reasoning = None

@@ -26,6 +26,7 @@ from behest.domain.waits import Decision, PendingCall, WaitKind
 from behest.events.log import RunLog
 from behest.providers.base import ToolDefinition
 from behest.runs.progress import RunProgress
+from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import ExpireCalls, ReleaseRun, RequestInput, Store
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
@@ -137,6 +138,8 @@ class Waits:
         return kinds
 
     def _needs_approval(self, name: str) -> bool:
+        if name == SPAWN_TOOL:  # not read-only: a child run spends
+            return name in self._approved_by_run or self._run.waits.approve_side_effects
         tool = self._tools.get(name)
         if tool is None:
             return False
