@@ -88,6 +88,7 @@ async def ended(stub: rpc.RunServiceStub, request: pb.CreateRunRequest) -> list[
         ([{"error": "unavailable"}] * 2, {}, "PROVIDER_UNAVAILABLE"),
         ([{"error": "bad_request"}], {}, "PROVIDER_ERROR"),
         ([{"error": "context_overflow"}] * 3, {}, "CONTEXT_OVERFLOW"),
+        ([{"error": "authentication"}], {}, "AUTHENTICATION"),
     ],
 )
 async def test_every_failure_says_why_with_a_code(
@@ -100,6 +101,43 @@ async def test_every_failure_says_why_with_a_code(
     run = (await spend_server.runs.GetRun(pb.GetRunRequest(run_id=events[0].run_id))).run
     assert pb.FailureCode.Name(run.failure_code) == f"FAILURE_CODE_{code}"
     assert run.error == events[-1].run_failed.error
+
+
+async def test_a_run_whose_provider_was_removed_fails_with_configuration(tmp_path: Path) -> None:
+    # A run waits for an approval; the server comes back without the run's provider.
+    extra = {"providers": {"extra": {"type": "local"}}}
+    first = await start_server(fast_settings(tmp_path).with_tables(extra, source="test"))
+    try:
+        request = create_request(script({"tool_calls": [CALC]}), provider="extra", model="script")
+        request.approval_required_tools.append("calculator")
+        stream = first.runs.CreateRunStream(request)
+        events = []
+        async for event in stream:
+            events.append(event)
+            if kind(event) == "approval_requested":
+                break
+        stream.cancel()
+    finally:
+        await stop_server(first)
+    second = await start_server(fast_settings(tmp_path))
+    try:
+        call = events[-1].approval_requested.call
+        await second.runs.SubmitApprovals(
+            pb.SubmitApprovalsRequest(
+                run_id=events[0].run_id,
+                approvals=[pb.ApprovalAnswer(call_id=call.id, decision=pb.APPROVAL_DECISION_ALLOW)],
+            )
+        )
+        rest = await collect(
+            second.runs.WatchRunEvents(
+                pb.WatchRunEventsRequest(run_id=events[0].run_id, last_event_id=events[-1].sequence)
+            )
+        )
+    finally:
+        await stop_server(second)
+    failed = rest[-1].run_failed
+    assert pb.FailureCode.Name(failed.code) == "FAILURE_CODE_CONFIGURATION"
+    assert "extra" in failed.error
 
 
 async def test_a_cancel_says_who_and_why(spend_server: Server) -> None:

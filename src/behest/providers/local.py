@@ -17,7 +17,8 @@ plays a repaired answer); once the steps run out it answers "done". A step's fie
     tool_calls    list    {"name": str, "arguments": object or JSON text}; ids "call_<N>_<i>"
     delay_ms      number  pause before each delta (and before an error); cancellable;
                           at most 600,000 (ten minutes)
-    error         str     rate_limited | unavailable | context_overflow | bad_request,
+    error         str     rate_limited | unavailable | context_overflow | bad_request |
+                          authentication,
                           raised before any output of the step
     retry_after_s number  the Retry-After hint of a rate_limited error; at most 86,400
     finish        str     stop | length | tool_calls; default tool_calls if the step has
@@ -57,6 +58,7 @@ from behest.errors import (
     ContextOverflowError,
     InvalidArgument,
     PermanentProviderError,
+    ProviderAuthError,
     RateLimited,
     TransientProviderError,
     quote,
@@ -88,7 +90,7 @@ _FINISH = {
     "length": FinishReason.LENGTH,
     "tool_calls": FinishReason.TOOL_CALLS,
 }
-_ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request")
+_ERRORS = ("rate_limited", "unavailable", "context_overflow", "bad_request", "authentication")
 _SAYINGS = ("tool_results", "tools", "history", "instructions", "summary", "limits", "content")
 _STEP_FIELDS = frozenset(
     {
@@ -219,6 +221,8 @@ class LocalProvider:
                 return TransientProviderError(self.name, "unavailable (503)")
             case "context_overflow":
                 return ContextOverflowError(self.name, "context window exceeded (scripted)")
+            case "authentication":
+                return ProviderAuthError(self.name, "authentication failed (401, scripted)")
             case _:
                 return PermanentProviderError(self.name, "bad request (400, scripted)")
 
