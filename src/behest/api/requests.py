@@ -108,22 +108,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
     content = content_parts(
         request.content, limits.content, input_bytes=len(request.input.encode())
     )
-    _bounded(request.metadata, "metadata", limits.max_metadata_bytes)
-    _bounded(request.client_request_id, "client_request_id", limits.max_request_id_bytes)
-    if request.metadata:
-        try:
-            parsed = bounded_json.parse(request.metadata, max_bytes=limits.max_metadata_bytes)
-        except bounded_json.JsonRefused as exc:
-            raise InvalidArgument(f"metadata must be a JSON object; it {exc}") from None
-        if not isinstance(parsed, dict):
-            raise InvalidArgument("metadata must be a JSON object (or empty)")
-    _bounded(request.instructions, "instructions", limits.max_input_bytes)
-    if len(request.tools) > MAX_TOOLS or any(not name.strip() for name in request.tools):
-        raise InvalidArgument(f"tools must be at most {MAX_TOOLS} non-empty tool names")
-    if len(set(request.tools)) != len(request.tools):
-        raise InvalidArgument("tools names a tool twice")
-    if request.max_iterations > MAX_ITERATIONS:
-        raise InvalidArgument(f"max_iterations must be at most {MAX_ITERATIONS}")
+    _check_fields(request, limits)
     tool_choice = request.tool_choice or ToolChoice.AUTO
     offer.check_model(provider, model)
     offer.check_content(provider, model, content)
@@ -164,6 +149,26 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         reasoning=reasoning,
         content=content,
     )
+
+
+def _check_fields(request: pb.CreateRunRequest, limits: RequestLimits) -> None:
+    """The request's own fields: metadata, ids, instructions, tools, max_iterations."""
+    _bounded(request.metadata, "metadata", limits.max_metadata_bytes)
+    _bounded(request.client_request_id, "client_request_id", limits.max_request_id_bytes)
+    if request.metadata:
+        try:
+            parsed = bounded_json.parse(request.metadata, max_bytes=limits.max_metadata_bytes)
+        except bounded_json.JsonRefused as exc:
+            raise InvalidArgument(f"metadata must be a JSON object; it {exc}") from None
+        if not isinstance(parsed, dict):
+            raise InvalidArgument("metadata must be a JSON object (or empty)")
+    _bounded(request.instructions, "instructions", limits.max_input_bytes)
+    if len(request.tools) > MAX_TOOLS or any(not name.strip() for name in request.tools):
+        raise InvalidArgument(f"tools must be at most {MAX_TOOLS} non-empty tool names")
+    if len(set(request.tools)) != len(request.tools):
+        raise InvalidArgument("tools names a tool twice")
+    if request.max_iterations > MAX_ITERATIONS:
+        raise InvalidArgument(f"max_iterations must be at most {MAX_ITERATIONS}")
 
 
 def run_reasoning(value: pb.Reasoning, max_output: int | None) -> Reasoning:
