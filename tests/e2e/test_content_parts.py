@@ -19,6 +19,7 @@ from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as spb
 from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
+from behest.api import convert
 from behest.store.sql import tables as t
 from tests.fakes.anthropic_fake import FakeAnthropic, text_reply
 from tests.fakes.openai_fake import FakeOpenAI, text
@@ -95,6 +96,9 @@ async def test_the_model_gets_each_part_and_the_log_keeps_only_references(
     ]
     assert started.content[1].file.filename == "report.pdf"
     assert started.content[2].image.url == "https://example.com/cat.webp"
+    # Read back from the store (as a restarted server replays it): the same event.
+    [stored] = await served.app.store.read_events(events[0].run_id, after=0, limit=1)
+    assert convert.event(stored) == events[0]
     # Stored: the bytes once, apart; no event is more than a few hundred bytes.
     assert await count(served, t.content_blobs) - before == 2
     assert max(len(p) for p in await stored_payloads(served)) < 2_000
