@@ -134,6 +134,10 @@ async def test_the_repair_counts_against_max_iterations(served: Server) -> None:
     )
     assert kind(events[-1]) == "run_failed"
     assert events[-1].run_failed.code == pb.FAILURE_CODE_MAX_ITERATIONS
+    assert events[-1].run_failed.error == (
+        "max iterations reached: the final answer did not fit response_format 'sum' "
+        "and no iteration of 1 is left to repair it"
+    )
 
 
 async def test_tool_calls_come_first_and_the_final_answer_is_checked(server: Server) -> None:

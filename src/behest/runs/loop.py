@@ -21,7 +21,7 @@ from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolChoice
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, RunBudget
-from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
+from behest.errors import ContextOverflowError, RunStopped, TransientProviderError, quote
 from behest.events.log import RunLog
 from behest.metrics import ModelCall
 from behest.providers.base import ModelRequest, Provider, ToolDefinition
@@ -159,11 +159,7 @@ class AgentLoop:
                 return stopped
         while True:
             if progress.iteration >= self._max_iterations:
-                raise RunStopped(
-                    f"max iterations reached: the model still wanted tools after "
-                    f"{self._max_iterations} iterations",
-                    FailureCode.MAX_ITERATIONS,
-                )
+                raise RunStopped(self._out_of_iterations(), FailureCode.MAX_ITERATIONS)
             progress.iteration += 1
             if self._compactor is not None:
                 progress.adopt(
@@ -188,6 +184,20 @@ class AgentLoop:
             if waiting is not None:
                 return waiting
             await self._tool_runner.run(turn.calls, await self._waits.results(turn.calls))
+
+    def _out_of_iterations(self) -> str:
+        """Why the run stops at max_iterations: tools still wanted, or a repair not asked."""
+        mine = self.progress.mine()
+        if len(mine) > 1 and mine[-1].role == Role.USER:  # a repair of the answer is next
+            name = self._run.response_format.name if self._run.response_format else ""
+            return (
+                f"max iterations reached: the final answer did not fit response_format "
+                f"{quote(name)} and no iteration of {self._max_iterations} is left to repair it"
+            )
+        return (
+            f"max iterations reached: the model still wanted tools after "
+            f"{self._max_iterations} iterations"
+        )
 
     async def _start(self) -> None:
         """Start a run created without its first step (CreateRun normally commits it)."""
