@@ -5,10 +5,18 @@ BIN := $(VENV)/bin
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 BASELINE := tests/contract/agent_v1_baseline.binpb
+# The run inspector's browser tests drive Debian's chromium through Playwright (never
+# `playwright install`, which downloads browsers).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install serve test proto proto-check lint bench baseline clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(CHROMIUM)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -1,8 +1,8 @@
 """Composition root: settings → store → event log → providers/tools → executor → server.
 
 `App.stop` is ordered and idempotent: stop taking runs → stop pruning (retention) → drain
-or cancel runs → stop the server → flush the event log → close the store → export the
-last spans and metrics.
+or cancel runs → stop the server, then the inspector's HTTP side → flush the event log →
+close the store → export the last spans and metrics.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
@@ -39,6 +40,9 @@ from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
 from behest.tools.plugins import plugin_tools
 from behest.tools.registry import MCP, PLUGIN, ToolRegistry
+
+if TYPE_CHECKING:
+    from behest.web.app import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -99,23 +103,36 @@ class App:
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
         )
+        self.admission = Admission(
+            self.tenancy,
+            max_request_id_bytes=settings.max_request_id_bytes,
+            max_wait_s=settings.max_wait_s,
+            content=ContentLimits(
+                max_parts=settings.max_content_parts,
+                max_part_bytes=settings.max_content_part_bytes,
+                max_bytes=settings.max_content_bytes,
+            ),
+        )
         self.server = ApiServer(
             self.runs,
             listen=settings.listen,
-            admission=Admission(
-                self.tenancy,
-                max_request_id_bytes=settings.max_request_id_bytes,
-                max_wait_s=settings.max_wait_s,
-                content=ContentLimits(
-                    max_parts=settings.max_content_parts,
-                    max_part_bytes=settings.max_content_part_bytes,
-                    max_bytes=settings.max_content_bytes,
-                ),
-            ),
+            admission=self.admission,
             auth=settings.auth,
             tls=settings.tls,
             max_receive_message_bytes=settings.max_receive_message_bytes,
         )
+        # The run inspector (web/), on its own port when http_listen is set.
+        self.web: WebServer | None = None
+        if settings.http_listen:
+            from behest.web.app import WebServer  # only when on: Starlette, uvicorn, Jinja2
+
+            self.web = WebServer(
+                self.runs,
+                listen=settings.http_listen,
+                auth=settings.auth,
+                tls=settings.tls,
+                open_streams=self.admission.open_streams,
+            )
         self.retention = Retention(
             self.store,
             days=settings.retention_days,
@@ -197,6 +214,8 @@ class App:
         await self.executor.start()
         # The server's RPCs run in tasks of the context it starts in: this App's telemetry.
         await self.telemetry.run(self.server.start())
+        if self.web is not None:
+            await self.telemetry.run(self.web.start())
         self.retention.start()
         self._started = True
         log.info(
@@ -210,6 +229,7 @@ class App:
                 "mcp_servers": self.mcp.status(),
                 "traces_to": self.telemetry.traces_to,
                 "metrics_port": self.telemetry.metrics_port,
+                "http_port": self.web.port if self.web is not None else None,
             },
         )
 
@@ -224,6 +244,8 @@ class App:
         await self.executor.stop(grace)
         # Streams end once their runs have; a short grace lets them send the last events.
         await self.server.stop(1.0)
+        if self.web is not None:
+            await self.web.stop()  # its live tails end here
         await self.event_log.stop()
         if self.channel is not None:
             await self.channel.stop()

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", help=f"HOST:PORT (default {DEFAULT_LISTEN})")
     serve.add_argument("--data-dir", help="where the SQLite database lives")
     serve.add_argument("--config", help="a TOML settings file (default $BEHEST_CONFIG)")
+    serve.add_argument(
+        "--http-listen", help="HOST:PORT of the run inspector in the browser (default: off)"
+    )
     serve.set_defaults(func=_serve)
 
     server = _connection_options()
@@ -215,7 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(args: argparse.Namespace, printer: EventPrinter) -> int:
     try:
         settings = Settings.load(
-            config_file=args.config, listen=args.listen, data_dir=args.data_dir
+            config_file=args.config,
+            listen=args.listen,
+            data_dir=args.data_dir,
+            http_listen=args.http_listen,
         )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -175,6 +175,9 @@ class Settings(BaseSettings):
     trace_content: bool = False
     # host:port of a Prometheus scrape endpoint (/metrics), e.g. 127.0.0.1:9464; empty: none.
     metrics_listen: str = Field(default="", pattern=r"^(\S+:\d{1,5})?$")
+    # host:port of the run inspector's HTTP side (web/; docs/INSPECTOR.md); empty: off. Under
+    # the same [auth] and [tls] as the gRPC port (HTTPS when TLS is configured).
+    http_listen: str = Field(default="", pattern=r"^(\S+:\d{1,5})?$")
     # Runs executing at once in this process; more → RESOURCE_EXHAUSTED. Per tenant too,
     # unless [tenants.NAME] sets less (so for every limit below that says "per tenant").
     max_concurrent_runs: int = Field(default=256, ge=1)
@@ -299,6 +302,7 @@ class Settings(BaseSettings):
                 "mode and [tls] cert_file/key_file, listen on 127.0.0.1, or set "
                 "auth.allow_insecure = true if something else protects it"
             )
+        _check_http_listen(self)
         return self
 
     @classmethod
@@ -392,6 +396,26 @@ class _TomlFile(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return dict(self._data)
+
+
+def _check_http_listen(settings: Settings) -> None:
+    """The inspector's HTTP side: bearer or no authentication, and off loopback only with
+    both authentication and TLS (or allow_insecure), as the gRPC port."""
+    auth, listen = settings.auth, settings.http_listen
+    if not listen:
+        return
+    if auth.mode == "mtls":
+        raise ValueError(
+            "http_listen: the inspector signs in with bearer tokens; auth mode 'mtls' has none"
+        )
+    secure = auth.mode != "none" and settings.tls.enabled
+    if not is_loopback(listen.rpartition(":")[0]) and not secure and not auth.allow_insecure:
+        raise ValueError(
+            f"http_listen {listen!r} is not a loopback address, and the server lacks "
+            "authentication or TLS: anyone who reaches it could read and run everything. Set "
+            "[auth] mode and [tls] cert_file/key_file, listen on 127.0.0.1, or set "
+            "auth.allow_insecure = true if something else protects it"
+        )
 
 
 def is_loopback(host: str) -> bool:

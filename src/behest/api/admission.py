@@ -67,6 +67,10 @@ class Admission:
             content=replace(self._content, max_text_bytes=limits.max_input_bytes),
         )
 
+    def open_streams(self, tenant: str) -> int:
+        """The tenant's streams open now (CreateRunStream, WatchRunEvents)."""
+        return self._streams.get(tenant, 0)
+
     @contextlib.contextmanager
     def stream(self, tenant: str) -> Iterator[None]:
         """Hold one of the tenant's stream slots while the stream is open."""

@@ -1,0 +1,84 @@
+"""The inspector's forms (POST): sign in and out, cancel a run, answer a waiting call.
+
+Every POST is checked for its CSRF token first (auth.py; 403 without it), then acts through
+`Operations` as the signed-in caller — the approver role, tenants and validation as over
+gRPC — and answers with a redirect to the page that shows the outcome.
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from behest.api.requests import MAX_CALL_ID_BYTES, MAX_REASON_BYTES, MAX_RESULT_BYTES
+from behest.domain.waits import Answer, Decision, WaitKind
+from behest.errors import InvalidArgument, Unauthenticated
+from behest.runs.operations import Operations
+from behest.web.auth import Gate
+from behest.web.pages import Pages
+
+_DECISIONS = {"allow": Decision.ALLOW, "deny": Decision.DENY, "always": Decision.ALLOW_ALWAYS}
+MAX_TOKEN_CHARS = 4000
+
+
+class Actions:
+    def __init__(self, runs: Operations, gate: Gate, pages: Pages) -> None:
+        self._runs = runs
+        self._gate = gate
+        self._pages = pages
+
+    async def sign_in(self, request: Request) -> Response:
+        form = await self._gate.checked_form(request, signing_in=True)
+        token = _text(form, "token", MAX_TOKEN_CHARS)
+        response = RedirectResponse("/runs", status_code=303)
+        try:
+            self._gate.sign_in(token, response)
+        except Unauthenticated as exc:
+            return self._pages.sign_in_form(request, status=401, error=str(exc))
+        return response
+
+    async def sign_out(self, request: Request) -> Response:
+        await self._gate.checked_form(request)
+        response = RedirectResponse("/signin", status_code=303)
+        self._gate.sign_out(request, response)
+        return response
+
+    async def cancel(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        form = await self._gate.checked_form(request)
+        run_id = str(request.path_params["run_id"])
+        reason = _text(form, "reason", MAX_REASON_BYTES)
+        await self._runs.cancel(caller, run_id, reason=reason)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def answer(self, request: Request) -> Response:
+        """A decision on an approval (allow, deny, always; a reason) or a client tool's
+        result (its output; whether it is an error)."""
+        caller = self._gate.caller(request)
+        form = await self._gate.checked_form(request)
+        run_id = str(request.path_params["run_id"])
+        call_id = _text(form, "call_id", MAX_CALL_ID_BYTES)
+        if not call_id:
+            raise InvalidArgument("call_id is required")
+        if form.get("kind") == "client_tool":
+            output = _text(form, "output", MAX_RESULT_BYTES)
+            answer = Answer(call_id=call_id, text=output, is_error=form.get("is_error") == "on")
+            await self._runs.answer(caller, run_id, [answer], WaitKind.CLIENT_TOOL)
+        else:
+            decision = _DECISIONS.get(str(form.get("decision", "")))
+            if decision is None:
+                raise InvalidArgument("decision must be allow, deny or always")
+            reason = _text(form, "reason", MAX_REASON_BYTES)
+            answer = Answer(call_id=call_id, decision=decision, text=reason)
+            await self._runs.answer(caller, run_id, [answer], WaitKind.APPROVAL)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+
+def _text(form: FormData, name: str, max_bytes: int) -> str:
+    value = form.get(name, "")
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be text")
+    if len(value.encode()) > max_bytes:
+        raise InvalidArgument(f"{name} is longer than {max_bytes} bytes")
+    return value.strip() if name != "output" else value

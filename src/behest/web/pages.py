@@ -1,0 +1,191 @@
+"""The inspector's pages (GET): runs, a run, pending calls, sessions, a session, the
+dashboard, sign-in. Each reads through `Operations` for the signed-in caller, so what a page
+shows is what the gRPC API would answer that caller (another tenant's run: not found)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from behest.domain.callers import Caller
+from behest.domain.runs import RunStatus
+from behest.domain.waits import WaitKind
+from behest.runs.operations import Operations
+from behest.web import dashboard, listing, views
+from behest.web.auth import Gate, SignInRequired
+from behest.web.live import LiveTails
+from behest.web.rendering import Renderer
+
+EVENTS_PAGE = 200
+MESSAGES_PAGE = 100
+SESSIONS_PAGE = 50
+WAITING_SHOWN = 100
+
+
+class Pages:
+    def __init__(
+        self,
+        runs: Operations,
+        gate: Gate,
+        renderer: Renderer,
+        live: LiveTails,
+        open_streams: Callable[[str], int],
+    ):
+        self._runs = runs
+        self._gate = gate
+        self._render = renderer
+        self._live = live
+        self._open_streams = open_streams
+
+    async def sign_in(self, request: Request) -> Response:
+        try:
+            caller = self._gate.caller(request)
+        except SignInRequired:
+            caller = None
+        return self.sign_in_form(request, signed_in_as=caller)
+
+    def sign_in_form(
+        self,
+        request: Request,
+        *,
+        status: int = 200,
+        error: str = "",
+        signed_in_as: Caller | None = None,
+    ) -> Response:
+        nonce, token = self._gate.sign_in_nonce()
+        response = self._render.page(
+            request,
+            "signin.html",
+            status=status,
+            needs_token=self._gate.needs_token,
+            signin_csrf=token,
+            error=error,
+            signed_in_as=signed_in_as,
+        )
+        self._gate.keep_sign_in_nonce(response, nonce)
+        return response
+
+    async def runs(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        wanted = listing.RunFilter.parse(request.query_params)
+        start = _number(request, "start", 0)
+        page = await listing.find_runs(self._runs, caller, wanted, start=start)
+        return self._render.page(
+            request,
+            "runs.html",
+            caller=caller,
+            runs=page.runs,
+            wanted=wanted,
+            query=wanted.query(),
+            next_start=page.next_start,
+            start=start,
+            statuses=listing.STATUSES,
+            now=datetime.now(UTC),
+            duration=views.duration,
+        )
+
+    async def run(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        run_id = str(request.path_params["run_id"])
+        run = await self._runs.get(caller, run_id)
+        last = await self._runs.last_sequence(caller, run_id)
+        last_page = (max(last, 1) - 1) // EVENTS_PAGE * EVENTS_PAGE
+        after = min(_number(request, "after", last_page), last_page)
+        events, more = await self._runs.events(caller, run_id, after=after, limit=EVENTS_PAGE)
+        if events and events[-1].is_terminal and not run.status.is_terminal:
+            run = await self._runs.get(caller, run_id)  # it ended meanwhile: its end is shown
+        if more:  # the run grew past the pages counted a moment ago
+            last_page = max(last_page, after + EVENTS_PAGE)
+        context = views.Context.of(await self._runs.run_messages(caller, run_id))
+        waiting = run.status == RunStatus.WAITING_FOR_INPUT
+        return self._render.page(
+            request,
+            "run.html",
+            caller=caller,
+            run=run,
+            items=views.timeline(events, context),
+            children=await self._runs.child_runs(caller, run_id),
+            pending=await self._runs.pending_calls(caller, run_id) if waiting else [],
+            approval=WaitKind.APPROVAL,
+            pages=_pages(after, last_page),
+            live=not run.status.is_terminal and not more,
+            shown_last=events[-1].sequence if events else after,
+            last=last,
+            duration=views.duration(run, datetime.now(UTC)),
+        )
+
+    async def approvals(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        waiting = await self._runs.list_runs(
+            caller,
+            session_id=None,
+            status=RunStatus.WAITING_FOR_INPUT,
+            limit=WAITING_SHOWN,
+            offset=0,
+        )
+        calls = [c for run in waiting for c in await self._runs.pending_calls(caller, run.id)]
+        return self._render.page(
+            request, "approvals.html", caller=caller, calls=calls, approval=WaitKind.APPROVAL
+        )
+
+    async def sessions(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        start = _number(request, "start", 0)
+        found = await self._runs.list_sessions(caller, limit=SESSIONS_PAGE + 1, offset=start)
+        return self._render.page(
+            request,
+            "sessions.html",
+            caller=caller,
+            sessions=found[:SESSIONS_PAGE],
+            next_start=start + SESSIONS_PAGE if len(found) > SESSIONS_PAGE else None,
+        )
+
+    async def session(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        session_id = str(request.path_params["session_id"])
+        found = await self._runs.get_session(caller, session_id)
+        start = _number(request, "from", 0)
+        messages, more = await self._runs.session_messages(
+            caller, session_id, from_position=start, limit=MESSAGES_PAGE
+        )
+        runs = await self._runs.list_runs(
+            caller, session_id=session_id, status=None, limit=listing.PAGE, offset=0
+        )
+        return self._render.page(
+            request,
+            "session.html",
+            caller=caller,
+            session=found,
+            messages=messages,
+            next_from=messages[-1].position + 1 if more else None,
+            runs=runs,
+        )
+
+    async def dashboard(self, request: Request) -> Response:
+        caller = self._gate.caller(request)
+        board = await dashboard.dashboard(self._runs, caller, now=datetime.now(UTC))
+        board.live_streams = self._live.open
+        board.grpc_streams = self._open_streams(caller.tenant)
+        return self._render.page(
+            request, "dashboard.html", caller=caller, board=board, outcomes=dashboard.OUTCOMES
+        )
+
+
+def _number(request: Request, name: str, default: int) -> int:
+    value = request.query_params.get(name, "")
+    return min(int(value), 2**62) if value.isdigit() else default
+
+
+def _pages(after: int, last_page: int) -> dict[str, int | None]:
+    """Links of the event pages around the one shown (`after` = where each page starts)."""
+    return {
+        "first": 0 if after > 0 else None,
+        "previous": max(after - EVENTS_PAGE, 0) if after > 0 else None,
+        "next": min(after + EVENTS_PAGE, last_page) if after < last_page else None,
+        "last": last_page if after < last_page else None,
+        "number": after // EVENTS_PAGE + 1,
+        "count": last_page // EVENTS_PAGE + 1,
+    }

@@ -1,0 +1,328 @@
+"""What the pages show: a run's events as timeline items, runs and usage as plain strings.
+
+One function per event kind makes an `Item` (title, one-line summary, labelled sections of
+text); consecutive deltas (text, reasoning, tool arguments) join into one item spanning their
+sequence numbers. The server renders items with Jinja2 (autoescaped) and the live tail sends
+the same items as JSON, which inspector.js puts in the page as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from behest.domain import events as ev
+from behest.domain.messages import Message
+from behest.domain.runs import Run, RunStatus, TokenUsage
+from behest.domain.spend import Money
+
+# The longest text a section shows (a tool's output may be a megabyte).
+MAX_SECTION_CHARS = 20_000
+
+
+@dataclass(slots=True)
+class Item:
+    """One entry of a run's timeline: one event, or a run of deltas."""
+
+    kind: str  # how it looks: text, reasoning, args, model, tool, usage, wait, end, info
+    name: str  # the event kind's stable name (domain/events.py KINDS)
+    title: str
+    first: int
+    last: int
+    time: str
+    summary: str = ""
+    sections: list[tuple[str, str]] = field(default_factory=list)
+    delta: str | None = None
+    error: bool = False
+    link: str = ""  # a run's page
+    status: str = ""  # the run's status once this event happened, when it changes it
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Context:
+    """What items need beyond their event: the run's messages, the last model call."""
+
+    messages: dict[str, Message] = field(default_factory=dict)
+    iteration: int | None = None
+
+    @classmethod
+    def of(cls, messages: Iterable[Message]) -> Context:
+        return cls(messages={m.id: m for m in messages})
+
+
+def timeline(events: Iterable[ev.Event], context: Context) -> list[Item]:
+    """The events as items, deltas joined."""
+    items: list[Item] = []
+    for event in events:
+        made = item(event, context)
+        last = items[-1] if items else None
+        if (
+            last is not None
+            and made.delta is not None
+            and last.delta is not None
+            and (last.name, last.last + 1) == (made.name, made.first)
+        ):
+            last.delta += made.delta
+            last.last = made.last
+            continue
+        items.append(made)
+    return items
+
+
+def item(event: ev.Event, context: Context) -> Item:
+    base = Item(
+        kind="info",
+        name=ev.KINDS[type(event.payload)],
+        title=ev.KINDS[type(event.payload)].replace("_", " "),
+        first=event.sequence,
+        last=event.sequence,
+        time=stamp(event.timestamp),
+    )
+    describe = _DESCRIBE.get(type(event.payload))
+    if describe is not None:
+        describe(base, event.payload, context)
+    return base
+
+
+def _run_started(it: Item, p: ev.RunStarted, c: Context) -> None:
+    it.kind, it.title, it.summary = "model", "run started", f"{p.provider}/{p.model}"
+    it.sections = [("session", p.session_id)]
+
+
+def _model_started(it: Item, p: ev.ModelStarted, c: Context) -> None:
+    retry = c.iteration == p.iteration
+    c.iteration = p.iteration
+    it.kind, it.title = "model", "model call (retry)" if retry else "model call"
+    it.summary, it.status = f"{p.model}, iteration {p.iteration}", "CALLING_MODEL"
+
+
+def _text(it: Item, p: ev.TextDelta, c: Context) -> None:
+    it.kind, it.title, it.delta = "text", "model text", p.delta
+
+
+def _reasoning(it: Item, p: ev.ReasoningDelta, c: Context) -> None:
+    it.kind, it.title, it.delta = "reasoning", "reasoning", p.delta
+
+
+def _call_started(it: Item, p: ev.ToolCallStarted, c: Context) -> None:
+    it.kind, it.title, it.summary = "tool", "tool call", f"{p.tool_name} ({p.call_id})"
+
+
+def _call_delta(it: Item, p: ev.ToolCallDelta, c: Context) -> None:
+    it.kind, it.title, it.delta = "args", "tool call arguments (streamed)", p.delta
+
+
+def _call_completed(it: Item, p: ev.ToolCallCompleted, c: Context) -> None:
+    it.kind, it.title, it.summary = "tool", "tool call", f"{p.call.name} ({p.call.id})"
+    it.sections = [("arguments", pretty_json(p.call.arguments))]
+
+
+def _execution_started(it: Item, p: ev.ToolExecutionStarted, c: Context) -> None:
+    it.kind, it.title, it.summary = "tool", "tool running", f"{p.tool_name} ({p.call_id})"
+    it.status = "WAITING_FOR_TOOLS"
+
+
+def _execution_finished(it: Item, p: ev.ToolExecutionFinished, c: Context) -> None:
+    it.kind, it.error = "tool", p.is_error
+    it.title = "tool failed" if p.is_error else "tool finished"
+    it.summary = f"{p.tool_name} ({p.call_id}) in {p.duration_ms} ms"
+
+
+def _tool_message(it: Item, p: ev.ToolMessageCommitted, c: Context) -> None:
+    message = c.messages.get(p.message_id)
+    it.kind, it.title = "tool", "tool result"
+    if message is not None:
+        it.summary, it.error = f"{message.tool_name} ({message.tool_call_id})", message.is_error
+        it.sections = [("error" if message.is_error else "result", clip(message.text))]
+
+
+def _assistant_message(it: Item, p: ev.AssistantMessageCommitted, c: Context) -> None:
+    message = c.messages.get(p.message_id)
+    it.kind, it.title, it.status = "model", "answer stored", "PERSISTING"
+    if message is not None and message.text:
+        it.sections = [("text", clip(message.text))]
+
+
+def _usage(it: Item, p: ev.UsageRecorded, c: Context) -> None:
+    it.kind, it.title = "usage", "usage"
+    it.summary = tokens(p.usage) + (f", {money(p.cost)}" if p.cost is not None else "")
+
+
+def _completed(it: Item, p: ev.RunCompleted, c: Context) -> None:
+    it.kind, it.title, it.status = "end", "run completed", "COMPLETED"
+    it.summary = f"{p.finish_reason.name.lower()}, {p.iterations} iterations"
+
+
+def _failed(it: Item, p: ev.RunFailed, c: Context) -> None:
+    it.kind, it.title, it.error, it.status = "end", "run failed", True, "FAILED"
+    it.summary = p.code.name
+    it.sections = [("error", clip(p.error))]
+
+
+def _cancelled(it: Item, p: ev.RunCancelled, c: Context) -> None:
+    it.kind, it.title, it.status = "end", "run cancelled", "CANCELLED"
+    it.summary = f"by {p.cancelled_by or 'the server'}" + (f": {p.reason}" if p.reason else "")
+
+
+def _budget(it: Item, p: ev.BudgetExceeded, c: Context) -> None:
+    it.error, it.title = True, "budget exceeded"
+    it.summary = f"{p.budget.name.lower()}: used {p.used} of {p.limit}"
+
+
+def _doom_loop(it: Item, p: ev.DoomLoopDetected, c: Context) -> None:
+    it.error, it.title, it.summary = True, "doom loop detected", p.description
+
+
+def _breaker(it: Item, p: ev.CompactionCircuitOpened, c: Context) -> None:
+    it.kind, it.error, it.title = "compaction", True, "compaction breaker opened"
+    it.summary = f"after {p.consecutive_failures} failures"
+
+
+def _compaction_started(it: Item, p: ev.CompactionStarted, c: Context) -> None:
+    it.kind, it.title = "compaction", "compaction started"
+    it.summary = f"{p.messages_before} messages, ~{p.estimated_tokens_before} tokens ({p.reason})"
+
+
+def _compaction_finished(it: Item, p: ev.CompactionFinished, c: Context) -> None:
+    it.kind, it.error = "compaction", not p.succeeded
+    it.title = "compaction finished" if p.succeeded else "compaction failed"
+    how = "pruned" if p.pruned_only else "summarised"
+    it.summary = f"{how}: {p.messages_after} messages, ~{p.estimated_tokens_after} tokens"
+    if p.error:
+        it.sections = [("error", clip(p.error))]
+
+
+def _approval_requested(it: Item, p: ev.ApprovalRequested, c: Context) -> None:
+    it.kind, it.title, it.status = "wait", "approval requested", "WAITING_FOR_INPUT"
+    it.summary = f"{p.call.name} ({p.call.id}), until {stamp(p.expires_at)}"
+    it.sections = [("arguments", pretty_json(p.call.arguments))]
+
+
+def _approval_resolved(it: Item, p: ev.ApprovalResolved, c: Context) -> None:
+    it.kind, it.title, it.error = "wait", "approval resolved", not p.decision.allows
+    it.summary = f"{p.tool_name} ({p.call_id}): {p.decision.name.lower()} by {p.decided_by}"
+    if p.reason:
+        it.sections = [("reason", clip(p.reason))]
+
+
+def _client_requested(it: Item, p: ev.ClientToolRequested, c: Context) -> None:
+    it.kind, it.title, it.status = "wait", "client tool requested", "WAITING_FOR_INPUT"
+    it.summary = f"{p.call.name} ({p.call.id}), until {stamp(p.expires_at)}"
+    it.sections = [("arguments", pretty_json(p.call.arguments))]
+
+
+def _client_answered(it: Item, p: ev.ClientToolAnswered, c: Context) -> None:
+    it.kind, it.title, it.error = "wait", "client tool answered", p.is_error or p.timed_out
+    who = "timed out" if p.timed_out else f"by {p.answered_by}"
+    it.summary = f"{p.tool_name} ({p.call_id}) {who}" + (" (an error)" if p.is_error else "")
+
+
+def _sub_started(it: Item, p: ev.SubRunStarted, c: Context) -> None:
+    it.kind, it.title, it.link = "tool", "sub-run started", f"/runs/{p.child_run_id}"
+    it.summary = f"{p.child_run_id} ({p.call_id})"
+
+
+def _sub_finished(it: Item, p: ev.SubRunFinished, c: Context) -> None:
+    it.kind, it.title, it.link = "tool", "sub-run finished", f"/runs/{p.child_run_id}"
+    it.error = p.status != RunStatus.COMPLETED
+    it.summary = f"{p.child_run_id}: {p.status.name.lower()}, {tokens(p.usage)}"
+
+
+def _output_rejected(it: Item, p: ev.OutputRejected, c: Context) -> None:
+    it.error, it.title = True, "output rejected"
+    it.summary = "asked for a repair" if p.repairing else "no repair left"
+    it.sections = [("error", clip(p.error))]
+
+
+def _context_built(it: Item, p: ev.ContextBuilt, c: Context) -> None:
+    it.kind, it.title, it.summary = "model", "context built", f"{p.message_count} messages"
+
+
+_DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
+    ev.RunStarted: _run_started,
+    ev.ContextBuilt: _context_built,
+    ev.ModelStarted: _model_started,
+    ev.TextDelta: _text,
+    ev.ReasoningDelta: _reasoning,
+    ev.ToolCallStarted: _call_started,
+    ev.ToolCallDelta: _call_delta,
+    ev.ToolCallCompleted: _call_completed,
+    ev.ToolExecutionStarted: _execution_started,
+    ev.ToolExecutionFinished: _execution_finished,
+    ev.ToolMessageCommitted: _tool_message,
+    ev.AssistantMessageCommitted: _assistant_message,
+    ev.UsageRecorded: _usage,
+    ev.RunCompleted: _completed,
+    ev.RunFailed: _failed,
+    ev.RunCancelled: _cancelled,
+    ev.BudgetExceeded: _budget,
+    ev.DoomLoopDetected: _doom_loop,
+    ev.CompactionCircuitOpened: _breaker,
+    ev.CompactionStarted: _compaction_started,
+    ev.CompactionFinished: _compaction_finished,
+    ev.ApprovalRequested: _approval_requested,
+    ev.ApprovalResolved: _approval_resolved,
+    ev.ClientToolRequested: _client_requested,
+    ev.ClientToolAnswered: _client_answered,
+    ev.SubRunStarted: _sub_started,
+    ev.SubRunFinished: _sub_finished,
+    ev.OutputRejected: _output_rejected,
+}
+
+
+# --- plain strings ------------------------------------------------------------------------
+
+
+def stamp(moment: datetime) -> str:
+    """A moment in UTC, to the millisecond."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def clip(text: str) -> str:
+    if len(text) <= MAX_SECTION_CHARS:
+        return text
+    return f"{text[:MAX_SECTION_CHARS]}… ({len(text) - MAX_SECTION_CHARS} more characters)"
+
+
+def pretty_json(text: str) -> str:
+    try:
+        return clip(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
+    except ValueError:
+        return clip(text)
+
+
+def tokens(usage: TokenUsage) -> str:
+    parts = [f"{usage.input_tokens} in", f"{usage.output_tokens} out"]
+    if usage.cached_input_tokens:
+        parts.append(f"{usage.cached_input_tokens} cached")
+    if usage.cache_write_tokens:
+        parts.append(f"{usage.cache_write_tokens} cache writes")
+    if usage.reasoning_tokens:
+        parts.append(f"{usage.reasoning_tokens} reasoning")
+    return ", ".join(parts) + " tokens"
+
+
+def money(cost: Money | None) -> str:
+    return "—" if cost is None else f"{cost.amount.normalize():f} {cost.currency}"
+
+
+def duration(run: Run, now: datetime) -> str:
+    """How long the run took (or has taken so far)."""
+    end = run.updated_at if run.status.is_terminal else now
+    seconds = max(0.0, (end - run.created_at).total_seconds())
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def trace_id(traceparent: str) -> str:
+    """The trace id of a W3C traceparent ("" without one)."""
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) == 4 else ""
