@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, Role, ToolCall
 from behest.runs import compaction
 
@@ -35,6 +36,18 @@ def test_estimate_counts_text_and_tool_calls() -> None:
     assert compaction.estimate_tokens([msg(0, Role.USER, "x" * 400)]) == 104
     with_call = msg(0, Role.ASSISTANT, "", tool_calls=(ToolCall("c", "abcd", "x" * 36),))
     assert compaction.estimate_tokens([with_call]) == 14
+
+
+def test_estimate_counts_images_and_files() -> None:
+    image = ContentPart.inline(PartKind.IMAGE, "image/png", b"p" * 50_000)
+    by_url = ContentPart(kind=PartKind.IMAGE, url="https://example.com/a.png")
+    pdf = ContentPart.inline(PartKind.FILE, "application/pdf", b"%" * 40_000)
+    plain = msg(0, Role.USER, "x" * 40)
+    with_parts = msg(
+        0, Role.USER, "x" * 40, parts=(ContentPart.text_part("x" * 40), image, by_url, pdf)
+    )
+    extra = compaction.estimate_tokens([with_parts]) - compaction.estimate_tokens([plain])
+    assert extra == 2 * compaction.IMAGE_TOKENS + 40_000 // compaction.CHARS_PER_TOKEN
 
 
 def test_the_context_is_the_latest_summary_and_what_follows_it() -> None:

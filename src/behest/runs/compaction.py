@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from behest.domain.content import PartKind
 from behest.domain.messages import Message, Role
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
+# An image costs about this much whatever its bytes (both providers scale images down to
+# about a megapixel: Anthropic counts ~1,600 tokens, OpenAI up to ~1,100 at high detail).
+IMAGE_TOKENS = 1600
 PRUNED_TEXT = "[tool result cleared to save context]"
 SUMMARY_INSTRUCTIONS = (
     "Summarise the conversation below for the assistant that continues it. Keep every fact, "
@@ -24,11 +28,17 @@ SUMMARY_INSTRUCTIONS = (
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    """A provider-neutral estimate: about four characters per token, plus a little per message."""
+    """A provider-neutral estimate: about four characters per token, plus a little per message;
+    an image IMAGE_TOKENS, a file (PDF, text) a token per four of its bytes."""
     total = 0
     for message in messages:
         chars = len(message.text) + sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
         total += chars // CHARS_PER_TOKEN + MESSAGE_OVERHEAD_TOKENS
+        for part in message.parts:
+            if part.kind == PartKind.IMAGE:
+                total += IMAGE_TOKENS
+            elif part.kind == PartKind.FILE:
+                total += part.size // CHARS_PER_TOKEN
     return total
 
 
