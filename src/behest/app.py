@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from behest import event_loop, logs, telemetry
 from behest.api.admission import Admission
+from behest.api.auth import Authenticator, metrics_guard
 from behest.api.content import ContentLimits
 from behest.api.server import ApiServer
 from behest.config import Settings
@@ -42,6 +43,7 @@ from behest.tools.plugins import plugin_tools
 from behest.tools.registry import MCP, PLUGIN, ToolRegistry
 
 if TYPE_CHECKING:
+    from behest.metrics_endpoint import Security
     from behest.web.app import WebServer
 
 log = logging.getLogger(__name__)
@@ -201,7 +203,7 @@ class App:
 
     async def start(self) -> None:
         telemetry.setup()
-        self.telemetry.start()
+        self.telemetry.start(self._metrics_security())
         await self.mcp.start()
         for tool in self.mcp.tools():
             self.tools.add(tool, source=MCP)
@@ -231,6 +233,20 @@ class App:
                 "metrics_port": self.telemetry.metrics_port,
                 "http_port": self.web.port if self.web is not None else None,
             },
+        )
+
+    def _metrics_security(self) -> Security:
+        """The Prometheus endpoint's protection: the server's TLS (client certificates with
+        mtls) and, with bearer tokens, a token of a caller with the metrics role."""
+        from behest.metrics_endpoint import Security
+
+        settings = self.settings
+        tls, auth = settings.tls, settings.auth
+        return Security(
+            cert_file=tls.cert_file,
+            key_file=tls.key_file,
+            client_ca_file=tls.client_ca_file if auth.mode == "mtls" else "",
+            guard=metrics_guard(Authenticator(auth, tls), auth.metrics_role),
         )
 
     async def stop(self, grace_s: float | None = None) -> None:

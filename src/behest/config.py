@@ -89,6 +89,9 @@ class AuthSettings(BaseModel):
     # Only callers with this role may decide approvals (SubmitApprovals); empty: any caller
     # of the run's tenant may.
     approver_role: str = ""
+    # With bearer tokens, scraping /metrics (metrics_listen) needs a caller with this role;
+    # empty: any valid token. (mtls: a client certificate; none: open, on loopback.)
+    metrics_role: str = "metrics"
 
 
 class TlsSettings(BaseModel):
@@ -303,6 +306,7 @@ class Settings(BaseSettings):
                 "auth.allow_insecure = true if something else protects it"
             )
         _check_http_listen(self)
+        _check_exposed(self, "metrics_listen", self.metrics_listen, "read every metric")
         return self
 
     @classmethod
@@ -401,18 +405,23 @@ class _TomlFile(PydanticBaseSettingsSource):
 def _check_http_listen(settings: Settings) -> None:
     """The inspector's HTTP side: bearer or no authentication, and off loopback only with
     both authentication and TLS (or allow_insecure), as the gRPC port."""
-    auth, listen = settings.auth, settings.http_listen
-    if not listen:
-        return
-    if auth.mode == "mtls":
+    if settings.http_listen and settings.auth.mode == "mtls":
         raise ValueError(
             "http_listen: the inspector signs in with bearer tokens; auth mode 'mtls' has none"
         )
-    secure = auth.mode != "none" and settings.tls.enabled
-    if not is_loopback(listen.rpartition(":")[0]) and not secure and not auth.allow_insecure:
+    _check_exposed(settings, "http_listen", settings.http_listen, "read and run everything")
+
+
+def _check_exposed(settings: Settings, key: str, listen: str, could: str) -> None:
+    """A side port (the inspector, /metrics) off loopback only with authentication and TLS,
+    or allow_insecure, as the gRPC port."""
+    auth = settings.auth
+    if not listen or is_loopback(listen.rpartition(":")[0]) or auth.allow_insecure:
+        return
+    if auth.mode == "none" or not settings.tls.enabled:
         raise ValueError(
-            f"http_listen {listen!r} is not a loopback address, and the server lacks "
-            "authentication or TLS: anyone who reaches it could read and run everything. Set "
+            f"{key} {listen!r} is not a loopback address, and the server lacks "
+            f"authentication or TLS: anyone who reaches it could {could}. Set "
             "[auth] mode and [tls] cert_file/key_file, listen on 127.0.0.1, or set "
             "auth.allow_insecure = true if something else protects it"
         )

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from behest.config import Settings
+    from behest.metrics_endpoint import Security
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,9 @@ class Telemetry:
             shutdown_on_exit=False,
         )
 
-    def start(self) -> None:
-        """Start exporting: the OTLP span and metric exporters, the Prometheus endpoint."""
+    def start(self, metrics_security: Security | None = None) -> None:
+        """Start exporting: the OTLP span and metric exporters, the Prometheus endpoint
+        (protected as `metrics_security` says: TLS, client certificates, a token check)."""
         if self._started:
             return
         self._started = True
@@ -177,12 +179,13 @@ class Telemetry:
             self._meter_provider.add_metric_reader(reader)
             self._otlp_reader = reader  # the provider flushes only readers it was made with
         if self._registry is not None:
-            from prometheus_client import start_http_server
-
             listen = self.exporting.metrics_listen
             host, port = _host_port(listen)
+            from behest import metrics_endpoint  # prometheus_client: only when it serves
+
+            security = metrics_security or metrics_endpoint.Security()
             try:
-                server, thread = start_http_server(port, host, registry=self._registry)
+                server, thread = metrics_endpoint.serve(self._registry, host, port, security)
             except OSError as exc:
                 raise OSError(f"metrics_listen {listen!r}: {describe(exc)}") from None
             self._http = (server, thread)

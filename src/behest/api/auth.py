@@ -264,3 +264,23 @@ def _wrapped(handler: Any, first: Callable[[grpc.aio.ServicerContext], Awaitable
             yield item
 
     return handler._replace(stream_stream=stream_stream)
+
+
+def metrics_guard(
+    authenticator: Authenticator, role: str
+) -> Callable[[str], tuple[int, str] | None] | None:
+    """Who may scrape /metrics (metrics_endpoint.py): with bearer tokens, a caller with `role`
+    (any caller when empty); None for modes none (open) and mtls (TLS checks certificates)."""
+    if authenticator.mode != "bearer":
+        return None
+
+    def check(header: str) -> tuple[int, str] | None:
+        try:
+            caller = authenticator.from_metadata([("authorization", header)] if header else [])
+        except Unauthenticated as exc:
+            return 401, str(exc).replace("metadata", "header")
+        if role and role not in caller.roles:
+            return 403, f"scraping metrics needs a token with the role {role!r}"
+        return None
+
+    return check
