@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -290,3 +291,31 @@ async def test_unfinished_runs_are_the_non_terminal_ones_oldest_first(store: Sql
     ours = [r.id for r in runs if r.id in {older.id, ended.id, newer.id}]
     assert ours == [older.id, newer.id]
     assert not any(r.status.is_terminal for r in runs)
+
+
+async def test_list_runs_filters_by_model_and_creation_time(store: SqlStore) -> None:
+    base = at()
+    made = [
+        await create(store, request(model=model), now=base + i * SECOND)
+        for i, model in enumerate(["echo", "script", "echo", "script"])
+    ]
+
+    def ids(runs: list[Run]) -> list[str]:
+        return [r.id for r in runs]
+
+    async def listed(**filters: Any) -> list[str]:
+        return ids(
+            await store.list_runs(
+                tenant=TENANT, session_id=None, status=None, limit=100, offset=0, **filters
+            )
+        )
+
+    mine = set(ids(made))  # on PostgreSQL the database holds other tests' runs too
+
+    async def listed_mine(**filters: Any) -> list[str]:
+        return [run_id for run_id in await listed(**filters) if run_id in mine]
+
+    assert await listed_mine(model="script") == [made[3].id, made[1].id]
+    window = {"created_from": base + SECOND, "created_to": base + 2 * SECOND}
+    assert await listed_mine(**window) == [made[2].id, made[1].id]
+    assert await listed_mine(model="echo", **window) == [made[2].id]

@@ -142,9 +142,19 @@ class Operations:
         status: RunStatus | None,
         limit: int,
         offset: int,
+        model: str = "",
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
     ) -> list[Run]:
         return await self._store.list_runs(
-            tenant=caller.tenant, session_id=session_id, status=status, limit=limit, offset=offset
+            tenant=caller.tenant,
+            session_id=session_id,
+            status=status,
+            limit=limit,
+            offset=offset,
+            model=model,
+            created_from=created_from,
+            created_to=created_to,
         )
 
     async def events(

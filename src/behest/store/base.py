@@ -258,8 +258,12 @@ class Store(Protocol):
         status: RunStatus | None,
         limit: int,
         offset: int,
+        model: str = "",
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
     ) -> list[Run]:
-        """The tenant's runs, newest first."""
+        """The tenant's runs, newest first; of `model` only when given, and created in
+        [created_from, created_to] when those are given."""
         ...
 
     async def unfinished_runs(self) -> list[Run]:

@@ -1,6 +1,5 @@
-"""The runs page's filters: status and session as the store queries them, model and time
-over the tenant's runs newest first (a bounded scan per page; the next page goes on from
-where it stopped)."""
+"""The runs page's filters (status, session, model, a time range), all queried by the store;
+newest first, a page at a time."""
 
 from __future__ import annotations
 
@@ -14,9 +13,6 @@ from behest.errors import InvalidArgument
 from behest.runs.operations import Operations
 
 PAGE = 50
-SCAN_PAGE = 200
-# Runs read at most for one page of a model or time filter.
-MAX_SCAN = 5000
 STATUSES = [s.name for s in RunStatus]
 
 
@@ -44,11 +40,6 @@ class RunFilter:
             until=_moment(query.get("until", ""), "until"),
         )
 
-    def matches(self, run: Run) -> bool:
-        return (not self.model or run.model == self.model) and (
-            self.until is None or run.created_at <= self.until
-        )
-
     def query(self) -> dict[str, str]:
         """The filter as query parameters (for the next page's link)."""
         values = {
@@ -71,31 +62,19 @@ class RunPage:
 async def find_runs(
     runs: Operations, caller: Caller, wanted: RunFilter, *, start: int, limit: int = PAGE
 ) -> RunPage:
-    """Up to `limit` runs that fit, newest first, from position `start` of the tenant's runs
-    (by status and session)."""
-    page = RunPage()
-    offset = start
-    while offset - start < MAX_SCAN:
-        batch = await runs.list_runs(
-            caller,
-            session_id=wanted.session_id or None,
-            status=wanted.status,
-            limit=SCAN_PAGE,
-            offset=offset,
-        )
-        for i, run in enumerate(batch):
-            if wanted.since is not None and run.created_at < wanted.since:
-                return page  # newest first: nothing older fits
-            if wanted.matches(run):
-                page.runs.append(run)
-                if len(page.runs) == limit:
-                    page.next_start = offset + i + 1
-                    return page
-        if len(batch) < SCAN_PAGE:
-            return page
-        offset += SCAN_PAGE
-    page.next_start = offset
-    return page
+    """Up to `limit` runs that fit, newest first, from position `start` of those that fit."""
+    found = await runs.list_runs(
+        caller,
+        session_id=wanted.session_id or None,
+        status=wanted.status,
+        limit=limit + 1,
+        offset=start,
+        model=wanted.model,
+        created_from=wanted.since,
+        created_to=wanted.until,
+    )
+    more = len(found) > limit
+    return RunPage(found[:limit], start + limit if more else None)
 
 
 def _moment(value: str, name: str) -> datetime | None:

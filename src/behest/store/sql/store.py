@@ -121,12 +121,21 @@ class SqlStore:
         status: RunStatus | None,
         limit: int,
         offset: int,
+        model: str = "",
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
     ) -> list[Run]:
         query = sa.select(t.runs).where(t.runs.c.tenant == tenant)
         if session_id:
             query = query.where(t.runs.c.session_id == session_id)
         if status is not None:
             query = query.where(t.runs.c.status == int(status))
+        if model:
+            query = query.where(t.runs.c.model == model)
+        if created_from is not None:
+            query = query.where(t.runs.c.created_at >= created_from)
+        if created_to is not None:
+            query = query.where(t.runs.c.created_at <= created_to)
         query = query.order_by(t.runs.c.created_at.desc(), t.runs.c.id.desc())
         async with self.engines.reader.connect() as conn:
             result = await conn.execute(query.limit(limit).offset(offset))
