@@ -28,12 +28,12 @@ def _plain(value: Any) -> Any:
     cost of encoding a text delta.
     """
     if is_dataclass(value):
-        # Bytes never reach the log: a content part is stored as its reference.
-        return {
-            f.name: _plain(getattr(value, f.name))
-            for f in fields(value)
-            if not isinstance(getattr(value, f.name), bytes)
-        }
+        plain = {}
+        for name in _names(type(value)):
+            item = getattr(value, name)
+            if not isinstance(item, bytes):  # a content part is stored as its reference
+                plain[name] = _plain(item)
+        return plain
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
     if isinstance(value, datetime):
@@ -43,10 +43,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, looked up once per class (`fields` is slow for a hot path)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+def parts_json(parts: tuple[ContentPart, ...]) -> str:
+    """Content parts as stored (in events and in messages.parts): references, no bytes."""
+    return json.dumps([_plain(part) for part in parts], separators=(",", ":"))
+
+
 _TEXT_DELTA = ev.KINDS[ev.TextDelta]
 # Each payload's field names, looked up once (dataclasses.fields per event cost a third of a
 # replay's decoding).
-_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in ev.KINDS}
+_FIELDS = {cls: _names(cls) for cls in ev.KINDS}
 
 
 def decode(kind: str, text: str) -> ev.Payload:

@@ -341,13 +341,18 @@ def _within(value: object, maximum: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= maximum
 
 
-def _run_input(messages: list[Message]) -> str:
-    """The text of the run's input: the first user message of the run of the last one (a
-    run's later user messages are behest's, e.g. the repair of a structured answer)."""
+def _run_message(messages: list[Message]) -> Message | None:
+    """The run's input: the first user message of the run of the last one (a run's later
+    user messages are behest's, e.g. the repair of a structured answer)."""
     last = next((m for m in reversed(messages) if m.role == Role.USER), None)
     if last is None:
-        return ""
-    return next(m.text for m in messages if m.role == Role.USER and m.run_id == last.run_id)
+        return None
+    return next(m for m in messages if m.role == Role.USER and m.run_id == last.run_id)
+
+
+def _run_input(messages: list[Message]) -> str:
+    found = _run_message(messages)
+    return "" if found is None else found.text
 
 
 def _say(what: str, request: ModelRequest) -> str:
@@ -386,9 +391,7 @@ def _say(what: str, request: ModelRequest) -> str:
 def _content_seen(messages: list[Message]) -> str:
     """The run input's images and files as the model received them: kind, media type,
     file name, and the digest and size of the bytes it was given (or the URL)."""
-    last = next((m for m in reversed(messages) if m.role == Role.USER), None)
-    mine = [m for m in messages if last is not None and m.run_id == last.run_id]
-    first = next((m for m in mine if m.role == Role.USER), None)
+    first = _run_message(messages)
     parts = [p for p in (first.parts if first else ()) if p.kind != PartKind.TEXT]
     seen = [replace(p, digest=digest_of(p.data), size=len(p.data)) if p.data else p for p in parts]
     return "\n".join(p.describe() for p in seen) or "no content parts"

@@ -21,7 +21,9 @@ def run_started(run: Run, content: tuple[ContentPart, ...] = ()) -> ev.RunStarte
 
 def user_message(run: Run, position: int, content: tuple[ContentPart, ...] = ()) -> Message:
     """The run's input (then its content parts, if any) as the session's next message."""
-    parts = ((ContentPart.text_part(run.input),) if run.input else ()) + content if content else ()
+    parts: tuple[ContentPart, ...] = ()
+    if content:  # the input, when given, is the first part
+        parts = ((ContentPart.text_part(run.input),) if run.input else ()) + content
     return Message(
         id=str(uuid.uuid4()),
         session_id=run.session_id,

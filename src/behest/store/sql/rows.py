@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
-from behest.domain.content import ContentPart
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.output import ResponseFormat
@@ -321,19 +320,10 @@ def message_to_row(message: Message) -> dict[str, Any]:
         "is_error": message.is_error,
         "summary_through": message.summary_through,
         "reasoning_blocks": message.reasoning_blocks or None,
-        "parts": parts_to_json(message.parts),
+        # References; the bytes go to content_blobs (blob_rows).
+        "parts": codec.parts_json(message.parts) if message.parts else None,
         "created_at": message.created_at,
     }
-
-
-def parts_to_json(parts: tuple[ContentPart, ...]) -> str | None:
-    """A message's parts as references, JSON text (their bytes go to content_blobs)."""
-    if not parts:
-        return None
-    return json.dumps(
-        [{f.name: getattr(p, f.name) for f in fields(p) if f.name != "data"} for p in parts],
-        separators=(",", ":"),
-    )
 
 
 def blob_rows(message: Message) -> list[dict[str, Any]]:
