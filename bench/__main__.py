@@ -31,6 +31,7 @@ from behest.config import Settings
 from bench import children, items
 from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
+from tests.stored import fresh_database
 
 RESULTS = ROOT / "bench" / "results"
 ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
@@ -335,7 +336,7 @@ async def run_postgres(suite: Suite) -> None:
         return
     result: dict[str, Any] = {"name": NAMES["7"], "url": children.redact(suite.postgres_url)}
     try:
-        async with children.fresh_postgres_database(suite.postgres_url) as url:
+        async with fresh_database(suite.postgres_url, "behest_bench") as url:
             result["items"] = {}
             await run_store_items(suite, result["items"], "7.", "postgresql", url)
     except Exception as exc:
@@ -408,7 +409,7 @@ async def run_replicas(suite: Suite) -> None:
     result: dict[str, Any] = {"name": NAMES["9"], "url": children.redact(suite.postgres_url)}
     suite.results["9"] = result
     try:
-        async with children.fresh_postgres_database(suite.postgres_url) as url:
+        async with fresh_database(suite.postgres_url, "behest_bench") as url:
 
             async def watch() -> dict[str, Any]:
                 async with (

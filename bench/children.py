@@ -15,14 +15,12 @@ import os
 import signal
 import sys
 import tempfile
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,30 +240,6 @@ async def running(child: Child) -> AsyncIterator[Child]:
         yield child
     finally:
         await child.stop()
-
-
-@asynccontextmanager
-async def fresh_postgres_database(server_url: str) -> AsyncIterator[str]:
-    """A new database on the server of `server_url`, dropped afterwards; yields its URL.
-
-    As tests/store/conftest.py does, so that a bench run never meets another's rows or schema.
-    """
-    server = make_url(server_url)
-    name = f"behest_bench_{uuid.uuid4().hex[:12]}"
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-
-    async def execute(sql: str) -> None:
-        connection = await asyncpg.connect(admin)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    await execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        await execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def redact(url: str) -> str:

@@ -11,22 +11,19 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from behest.store.sql import tables as t
 from bench._floor import floor_pb2, floor_pb2_grpc
 from bench.children import Child
 from bench.sizes import Sizes
+from tests.stored import engine_on, run_rows, stored_events
 
 TERMINAL = frozenset({"run_completed", "run_failed", "run_cancelled"})
 # A Blob with a 96-byte payload and a small sequence is ~100 bytes on the wire.
@@ -657,42 +654,6 @@ def failover_script(steps: int, deltas: int, delay_ms: float) -> str:
         for i in range(1, steps + 1)
     ]
     return json.dumps({"steps": [*calls, {"text": "finished", "delay_ms": delay_ms}]})
-
-
-@asynccontextmanager
-async def engine_on(url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-
-
-@dataclass(frozen=True)
-class RunRow:
-    owner: str | None
-    generation: int
-    status: int
-
-
-async def run_rows(engine: AsyncEngine, run_ids: Iterable[str]) -> dict[str, RunRow]:
-    """The runs' owners (node names), lease generations and statuses, read from the store."""
-    r = t.runs.c
-    query = sa.select(r.id, r.owner, r.lease_generation, r.status).where(r.id.in_(list(run_ids)))
-    async with engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    return {row.id: RunRow(row.owner, int(row.lease_generation), int(row.status)) for row in rows}
-
-
-async def stored_events(engine: AsyncEngine, run_id: str) -> list[tuple[int, str, int]]:
-    """(sequence, kind, generation) of each stored event of the run, in sequence order."""
-    e = t.events.c
-    query = (
-        sa.select(e.sequence, e.kind, e.generation).where(e.run_id == run_id).order_by(e.sequence)
-    )
-    async with engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    return [(int(row.sequence), str(row.kind), int(row.generation)) for row in rows]
 
 
 # Terminal statuses of the runs table (common.proto's RunStatus).

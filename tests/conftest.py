@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from tests import network_guard
 from tests.store.conftest import BACKENDS
+from tests.stored import create_database, drop_database
 from tests.support import (
     NO_POSTGRES,
     POSTGRES_URL,
@@ -60,19 +58,8 @@ def postgres_url() -> Iterator[str]:
         pytest.fail(
             f"BEHEST_CI is set but BEHEST_TEST_POSTGRES_URL is not: {NO_POSTGRES}", pytrace=False
         )
-    server = make_url(POSTGRES_URL)
-    name = f"behest_test_{uuid.uuid4().hex[:12]}"
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-
-    async def execute(sql: str) -> None:
-        connection = await asyncpg.connect(admin)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
+    url = asyncio.run(create_database(POSTGRES_URL, "behest_test"))
     try:
-        yield server.set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
-        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(drop_database(POSTGRES_URL, url))

@@ -184,3 +184,43 @@ def sqlite_at_revision(path: Path, revision: str) -> None:
             command.upgrade(config, revision)
     finally:
         engine.dispose()
+
+
+@dataclass
+class Cli:
+    """What `python -m behest …` did: its exit code and output."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def error(self) -> str:
+        """The CLI's error line (gRPC's own logging may add lines of its own to stderr, such as
+        a failed TLS handshake's)."""
+        lines = [line for line in self.err.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1, self.err
+        return lines[0]
+
+
+def cli_environment() -> dict[str, str]:
+    """The test's environment without any BEHEST_* setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("BEHEST_")}
+
+
+async def behest(*args: str, env: dict[str, str] | None = None, timeout_s: float = 30.0) -> Cli:
+    """`python -m behest ARGS` to its end, without the test's BEHEST_* settings (unless in
+    `env`), with nothing on stdin."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "behest",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**cli_environment(), **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout_s)
+    assert process.returncode is not None
+    return Cli(process.returncode, out.decode(), err.decode())

@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 from behest._proto.agent.v1 import run_pb2 as pb
-from tests.e2e.test_cli_services import behest
-from tests.support import Server, script
+from tests.support import Server, behest, script
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="

@@ -3,12 +3,8 @@ run as child processes (`python -m behest`) against a real server."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +13,7 @@ from google.protobuf.json_format import MessageToDict
 from behest._proto.agent.v1 import run_pb2 as pb
 from tests.support import (
     Server,
+    behest,
     collect,
     create_request,
     fast_settings,
@@ -25,33 +22,6 @@ from tests.support import (
     start_server,
     stop_server,
 )
-
-TIMEOUT_S = 30.0
-
-
-@dataclass
-class Cli:
-    code: int
-    out: str
-    err: str
-
-
-async def behest(*args: str) -> Cli:
-    """`python -m behest ARGS` to its end, without the test's BEHEST_* settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BEHEST_")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "behest",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT_S)
-    assert process.returncode is not None
-    return Cli(process.returncode, out.decode(), err.decode())
 
 
 async def echo_run(server: Server, text: str, session_id: str = "") -> list[pb.AgentEvent]:

@@ -14,7 +14,6 @@ import os
 import pty
 import re
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -24,7 +23,7 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest.cli_waits import DENIED_AT_THE_TERMINAL, PROMPT, ask
 from behest.client import BehestClient, Decision, WaitingCall
 from behest.render import EventPrinter, format_pending, format_run
-from tests.support import Server, collect, kind, script
+from tests.support import Cli, Server, behest, cli_environment, collect, kind, script
 
 TIMEOUT_S = 30.0
 CALCULATOR = {"name": "calculator", "arguments": {"expression": "2+2"}}
@@ -49,35 +48,6 @@ TWO_LOOKUPS = script(
 HINT = re.compile(r"behest (approve|answer) (\S+) (\S+)")
 
 
-@dataclass
-class Cli:
-    code: int
-    out: str
-    err: str
-
-
-def environment() -> dict[str, str]:
-    """The test's environment without any BEHEST_* setting."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("BEHEST_")}
-
-
-async def behest(*args: str) -> Cli:
-    """`python -m behest ARGS` to its end."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "behest",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=environment(),
-    )
-    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT_S)
-    assert process.returncode is not None
-    return Cli(process.returncode, out.decode(), err.decode())
-
-
 async def start_run(server: Server, *args: str, stdin: Any) -> asyncio.subprocess.Process:
     """`behest run ARGS` against the server, left running."""
     return await asyncio.create_subprocess_exec(
@@ -93,7 +63,7 @@ async def start_run(server: Server, *args: str, stdin: Any) -> asyncio.subproces
         stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=environment(),
+        env=cli_environment(),
     )
 
 

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import os
 import secrets
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +15,7 @@ import pytest
 
 from behest.client import BehestClient, is_terminal
 from tests.certs import CertificateAuthority
-from tests.support import Server, fast_settings, start_server, stop_server
+from tests.support import Server, behest, fast_settings, start_server, stop_server
 
 TOKENS = {
     "alice": ("acme", secrets.token_urlsafe(32)),
@@ -69,38 +66,6 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     finally:
         for server in running:
             await stop_server(server)
-
-
-@dataclass
-class Cli:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def error(self) -> str:
-        """The CLI's error line (gRPC's own logging may add lines of its own to stderr, such as
-        a failed TLS handshake's)."""
-        lines = [line for line in self.err.splitlines() if line.startswith("error:")]
-        assert len(lines) == 1, self.err
-        return lines[0]
-
-
-async def behest(*args: str, env: dict[str, str] | None = None) -> Cli:
-    """`python -m behest ARGS`, without any BEHEST_* of ours unless given."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("BEHEST_")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "behest",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**clean, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return Cli(process.returncode, out.decode(), err.decode())
 
 
 def assert_completed_run(events: list[Any], text: str) -> None:

@@ -7,7 +7,9 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -53,21 +55,18 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
         yield running
 
 
-@pytest.fixture
-async def server(
-    tmp_path: Path, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+@asynccontextmanager
+async def anthropic_server(
+    tmp_path: Path, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch, **provider: Any
 ) -> AsyncIterator[Server]:
+    """A server with `fake-anthropic` configured; `provider`: more keys of its table."""
     monkeypatch.setenv("FAKE_ANTHROPIC_KEY", KEY)
     table = {
         "type": "anthropic",
         "base_url": fake.url,
         "api_key_env": "FAKE_ANTHROPIC_KEY",
-        "max_attempts": 3,
         "timeout_s": 5,
-        "models": {MODEL: {"context_window": 8000, "max_output_tokens": 256}},
-        # These tests compare whole requests: without prompt-cache breakpoints, which
-        # tests/e2e/test_prompt_caching.py covers.
-        "cache_breakpoints": [],
+        **provider,
     }
     settings = fast_settings(tmp_path, coalesce_text_deltas=ONE_EVENT_PER_CHUNK).with_tables(
         {"providers": {PROVIDER: table}}, source="test"
@@ -77,6 +76,23 @@ async def server(
         yield running
     finally:
         await stop_server(running)
+
+
+@pytest.fixture
+async def server(
+    tmp_path: Path, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Server]:
+    async with anthropic_server(
+        tmp_path,
+        fake,
+        monkeypatch,
+        max_attempts=3,
+        models={MODEL: {"context_window": 8000, "max_output_tokens": 256}},
+        # These tests compare whole requests: without prompt-cache breakpoints, which
+        # tests/e2e/test_prompt_caching.py covers.
+        cache_breakpoints=[],
+    ) as running:
+        yield running
 
 
 def request(text: str, **fields: str | list[str]) -> pb.CreateRunRequest:
@@ -528,22 +544,9 @@ async def thinking_server(
     tmp_path: Path, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Server]:
     """A server whose model may think: max_output_tokens above the least thinking budget."""
-    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", KEY)
-    table = {
-        "type": "anthropic",
-        "base_url": fake.url,
-        "api_key_env": "FAKE_ANTHROPIC_KEY",
-        "timeout_s": 5,
-        "models": {THINKER: {"context_window": 200000, "max_output_tokens": 8192}},
-    }
-    settings = fast_settings(tmp_path, coalesce_text_deltas=ONE_EVENT_PER_CHUNK).with_tables(
-        {"providers": {PROVIDER: table}}, source="test"
-    )
-    running = await start_server(settings)
-    try:
+    models = {THINKER: {"context_window": 200000, "max_output_tokens": 8192}}
+    async with anthropic_server(tmp_path, fake, monkeypatch, models=models) as running:
         yield running
-    finally:
-        await stop_server(running)
 
 
 async def test_thinking_is_asked_streamed_apart_and_its_blocks_sent_back_exactly(

@@ -22,18 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncpg
 import grpc
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.cli import EXIT_ERROR
 from behest.store.sql import tables as t
+from tests.stored import RunRow, engine_on, fresh_database, run_rows, stored_events
 from tests.support import create_request, kind, script
 
 TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
@@ -164,6 +163,14 @@ async def replica(data_dir: Path, **settings: str) -> AsyncIterator[Replica]:
             reader.cancel()
 
 
+async def three_replicas(
+    stack: AsyncExitStack, directory: Path, database: str, **settings: str
+) -> list[Replica]:
+    """Three replicas on `database`, their data directories under `directory`."""
+    data_dirs = [directory / f"r{i}" for i in range(3)]
+    return await start_replicas(stack, data_dirs, BEHEST_DATABASE_URL=database, **settings)
+
+
 async def start_replicas(
     stack: AsyncExitStack, data_dirs: Iterable[Path], **settings: str
 ) -> list[Replica]:
@@ -197,57 +204,8 @@ async def refused_start(data_dir: Path, **settings: str) -> tuple[int, str]:
 async def database(postgres_url: str) -> AsyncIterator[str]:
     """A fresh database on the test PostgreSQL server for one test's replicas, so that no
     run or node registration of another test's (killed) replicas is in it."""
-    server = make_url(postgres_url)
-    name = f"behest_replicas_{uuid.uuid4().hex[:12]}"
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-
-    async def execute(sql: str) -> None:
-        connection = await asyncpg.connect(admin)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    await execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        await execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@asynccontextmanager
-async def engine_on(url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-
-
-@dataclass(frozen=True)
-class RunRow:
-    owner: str | None
-    generation: int
-    status: int
-
-
-async def run_rows(engine: AsyncEngine, run_ids: Iterable[str]) -> dict[str, RunRow]:
-    r = t.runs.c
-    query = sa.select(r.id, r.owner, r.lease_generation, r.status).where(r.id.in_(list(run_ids)))
-    async with engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    return {row.id: RunRow(row.owner, int(row.lease_generation), int(row.status)) for row in rows}
-
-
-async def stored_events(engine: AsyncEngine, run_id: str) -> list[tuple[int, str, int]]:
-    """(sequence, kind, generation) of each stored event of the run, in sequence order."""
-    e = t.events.c
-    query = (
-        sa.select(e.sequence, e.kind, e.generation).where(e.run_id == run_id).order_by(e.sequence)
-    )
-    async with engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    return [(int(row.sequence), str(row.kind), int(row.generation)) for row in rows]
+    async with fresh_database(postgres_url, "behest_replicas") as url:
+        yield url
 
 
 async def poll(check: Callable[[], Awaitable[T | None]], seconds: float, what: str) -> T:
@@ -378,9 +336,7 @@ async def test_runs_through_any_replica_are_watched_whole_through_another(
 ) -> None:
     body = script({"deltas": 8, "delay_ms": 60}, {"text": "and done", "delay_ms": 60})
     async with AsyncExitStack() as stack, engine_on(database) as engine:
-        replicas = await start_replicas(
-            stack, [tmp_path / f"r{i}" for i in range(3)], BEHEST_DATABASE_URL=database
-        )
+        replicas = await three_replicas(stack, tmp_path, database)
         assert len({r.node for r in replicas}) == 3
         created = await asyncio.gather(
             *(replicas[i % 3].runs.CreateRun(script_run(body)) for i in range(6))
@@ -421,9 +377,7 @@ async def test_cancel_through_a_third_replica_reaches_the_owner_and_the_watcher(
 ) -> None:
     slow = script({"deltas": 2000, "delay_ms": 20})  # 40 s unless cancelled
     async with AsyncExitStack() as stack, engine_on(database) as engine:
-        a, b, c3 = await start_replicas(
-            stack, [tmp_path / f"r{i}" for i in range(3)], BEHEST_DATABASE_URL=database
-        )
+        a, b, c3 = await three_replicas(stack, tmp_path, database)
         run_id = (await a.runs.CreateRun(script_run(slow))).run_id
         stream = b.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
         async with asyncio.timeout(20):
@@ -460,12 +414,7 @@ async def test_kill_9_of_the_owner_hands_its_runs_to_the_others(
 ) -> None:
     body = calc_steps(steps=5, deltas=4, delay_ms=50)  # ~3 s: 6 model calls, 5 tool calls
     async with AsyncExitStack() as stack, engine_on(database) as engine:
-        a, b, c3 = await start_replicas(
-            stack,
-            [tmp_path / f"r{i}" for i in range(3)],
-            BEHEST_DATABASE_URL=database,
-            BEHEST_RUN_LEASE_S=str(LEASE_S),
-        )
+        a, b, c3 = await three_replicas(stack, tmp_path, database, BEHEST_RUN_LEASE_S=str(LEASE_S))
         created = await asyncio.gather(*(a.runs.CreateRun(script_run(body)) for _ in range(10)))
         run_ids = [reply.run_id for reply in created]
         streams = [
@@ -517,12 +466,7 @@ async def test_a_frozen_owner_writes_nothing_into_runs_taken_over(
 ) -> None:
     body = calc_steps(steps=3, deltas=4, delay_ms=50)  # ~2 s
     async with AsyncExitStack() as stack, engine_on(database) as engine:
-        a, b, c3 = await start_replicas(
-            stack,
-            [tmp_path / f"r{i}" for i in range(3)],
-            BEHEST_DATABASE_URL=database,
-            BEHEST_RUN_LEASE_S=str(LEASE_S),
-        )
+        a, b, c3 = await three_replicas(stack, tmp_path, database, BEHEST_RUN_LEASE_S=str(LEASE_S))
         created = await asyncio.gather(*(a.runs.CreateRun(script_run(body)) for _ in range(4)))
         run_ids = [reply.run_id for reply in created]
         streams = [
@@ -614,12 +558,7 @@ async def test_a_replica_frozen_inside_a_write_does_not_hold_up_failover(
 ) -> None:
     busy = script({"deltas": 100_000, "delay_ms": 2})  # a commit every few milliseconds
     async with AsyncExitStack() as stack, engine_on(database) as engine:
-        a, b, c3 = await start_replicas(
-            stack,
-            [tmp_path / f"r{i}" for i in range(3)],
-            BEHEST_DATABASE_URL=database,
-            BEHEST_RUN_LEASE_S=str(LEASE_S),
-        )
+        a, b, c3 = await three_replicas(stack, tmp_path, database, BEHEST_RUN_LEASE_S=str(LEASE_S))
         created = await asyncio.gather(*(a.runs.CreateRun(script_run(busy)) for _ in range(4)))
         run_ids = [reply.run_id for reply in created]
         own = (await b.runs.CreateRun(script_run(busy))).run_id  # b's own, to keep renewing
