@@ -58,7 +58,12 @@ class App:
         self.node = this_process(settings.node_id)
         self.telemetry = telemetry.Telemetry.from_settings(settings, instance=self.node.name)
         url = settings.effective_database_url
-        self.store = SqlStore(url, node=self.node.name, lease_s=settings.run_lease_s)
+        self.store = SqlStore(
+            url,
+            node=self.node.name,
+            lease_s=settings.run_lease_s,
+            busy_timeout_s=settings.sqlite_busy_timeout_s,
+        )
         self.database_lock = sqlite_lock(url)
         self.tools = ToolRegistry(
             builtin_tools(read_file_root=settings.read_file_root),
@@ -123,6 +128,7 @@ class App:
             tls=settings.tls,
             max_receive_message_bytes=settings.max_receive_message_bytes,
         )
+        self.event_log.health.on_change(self.server.writes_land)
         # The run inspector (web/), on its own port when http_listen is set.
         self.web: WebServer | None = None
         if settings.http_listen:

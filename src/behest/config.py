@@ -165,6 +165,9 @@ class Settings(BaseSettings):
     data_dir: str = "./data"
     # Empty: a SQLite file in data_dir. Or e.g. postgresql+asyncpg://user@host/db.
     database_url: str = ""
+    # SQLite: how long a write waits for another process's write lock on the file before it
+    # fails as "locked" (the event loop never waits: writes wait on the writer's thread).
+    sqlite_busy_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     # Traces and metrics (telemetry.py; docs/OPERATIONS.md "Traces and metrics"). Spans and

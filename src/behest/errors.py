@@ -12,7 +12,10 @@ BehestError
 │   └── Fenced                   a write of a run whose claim this node lost
 ├── OutOfRange               cursor past the end of a finished run
 ├── ResourceExhausted        a configured limit is reached
+│   └── StorageFull              the database's disk is full (also a StorageFault)
 ├── Unavailable              the server is shutting down
+│   ├── StorageLocked            another writer holds the database (also a StorageFault)
+│   └── StorageFailed            the database failed a write otherwise (also a StorageFault)
 ├── DeadlineExceeded         an answer behest waits for did not come in time
 └── ProviderError            a model provider failed (carried into RunFailed)
     ├── TransientProviderError   retried: 429, 5xx, timeouts, resets
@@ -94,6 +97,28 @@ class Unavailable(BehestError):
 
 
 class DeadlineExceeded(BehestError):
+    pass
+
+
+class StorageFault(BehestError):
+    """A write the database did not take, in plain words (store/sql/faults.py `fault_of`);
+    a run it stops fails with FailureCode.STORAGE. Mixed into the classes below, whose
+    first base gives the status."""
+
+    def refused(self, what: str) -> StorageFault:
+        """The same fault, saying what was not done (e.g. "no run was created")."""
+        return type(self)(f"{what}: {self}")
+
+
+class StorageFull(ResourceExhausted, StorageFault):
+    pass
+
+
+class StorageLocked(Unavailable, StorageFault):
+    pass
+
+
+class StorageFailed(Unavailable, StorageFault):
     pass
 
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, cast
 
 from behest.domain import events as ev
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.runs.text_coalescer import TextCoalescer
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
@@ -53,6 +54,7 @@ class ApiServer:
         self._tls = tls
         self.port = 0
         self._health = health.aio.HealthServicer()
+        self._health_tasks: set[asyncio.Task[None]] = set()
         interceptor = AuthInterceptor(Authenticator(auth, tls), protect_health=auth.protect_health)
         self._server = grpc.aio.server(
             interceptors=[interceptor],
@@ -83,8 +85,21 @@ class ApiServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {self._listen}")
         await self._server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+
+    def writes_land(self, writable: bool) -> None:
+        """Health follows the database: NOT_SERVING while writes fail (disk full, locked),
+        SERVING again once they land (ignored once shutting down). Reads keep working."""
+        status = health_pb2.HealthCheckResponse.SERVING
+        if not writable:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        task = asyncio.get_running_loop().create_task(self._set_health(status))
+        self._health_tasks.add(task)
+        task.add_done_callback(self._health_tasks.discard)
+
+    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
         for name in ("", *SERVICES):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self._health.set(name, status)
 
     async def stop_accepting(self) -> None:
         """Report NOT_SERVING so balancers drain us; RPCs still work."""

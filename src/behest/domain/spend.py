@@ -51,6 +51,8 @@ class FailureCode(enum.IntEnum):
     INTERNAL = 12
     # The final answer did not fit the run's response format, also after one repair.
     INVALID_OUTPUT = 13
+    # A step of the run could not be stored: it never ends COMPLETED without its answer.
+    STORAGE = 14
 
 
 class CancelSource(enum.IntEnum):

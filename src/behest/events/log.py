@@ -14,17 +14,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from behest.domain.events import Event, Payload
+from behest.domain.events import Event
 from behest.domain.runs import CreatedRun
-from behest.errors import Fenced, Unavailable
+from behest.errors import Fenced, StorageFault, StorageLocked
+from behest.events.health import WriteHealth
 from behest.events.notify import Notifier
+from behest.events.run_log import RunLog
 from behest.events.tail import RecentEvents
 from behest.metrics import Metrics
-from behest.store.base import AppendEvent, Fence, NewRun, Store, Write
-from behest.telemetry import current, current_trace_ids
+from behest.store.base import AppendEvent, BatchResult, NewRun, Store, Write
+from behest.telemetry import current
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0
 # …and this seldom while the replicas' channel is up (a safety net only).
 QUIET_POLL_S = 30.0
+# A batch refused because another writer holds the database is tried again this long (each
+# try waits out the database's own busy timeout first), pausing this long between tries.
+LOCKED_GIVE_UP_S = 30.0
+LOCKED_PAUSE_S = 0.1
 # Creations committed beside the writer at once, at most (Store.creations_apart).
 CREATIONS_APART_MAX = 4
 
@@ -71,9 +76,11 @@ class EventLog:
         self._has_room.set()
         self._task: asyncio.Task[None] | None = None
         self.recent = RecentEvents()
-        # Runs whose step failed to commit: their later steps fail too, so no gap is ever
-        # committed, until the owner re-reads where the log ends (RunLog.resync).
-        self._broken: set[str] = set()
+        # Runs whose step failed to commit, and why: their later steps fail too, so no gap
+        # is ever committed, until the owner re-reads where the log ends (RunLog.resync).
+        self._broken: dict[str, StorageFault] = {}
+        # Whether writes land now (the gRPC health service listens).
+        self.health = WriteHealth(store)
         self.notifier = Notifier()
         self._metrics = metrics if metrics is not None else current().metrics
         self._published = 0  # events published since the last commit was measured
@@ -96,6 +103,7 @@ class EventLog:
         task, self._task = self._task, None
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await self.health.stop()
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (or failed)."""
@@ -165,27 +173,10 @@ class EventLog:
         batch = [step for step in batch if not self._refuse_if_broken(step)]
         if not batch:
             return
-        try:
-            results = await self._store.apply_batch([step.new_run or step.writes for step in batch])
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if await self._landed(batch):
-                # The transaction committed although its caller saw an error (a connection
-                # lost after COMMIT): its events are in the log, so they are published.
-                log.warning("a commit reported an error but had landed; its steps stand")
-                self._stood(batch)
-                return
-            if len(batch) == 1:
-                log.exception("event log commit failed")
-                self._broken.update(e.run_id for e in batch[0].events)
-                _fail(batch[0], Unavailable("the event log could not store a step of this run"))
-                return
-            # Commit step by step so that one bad step fails alone. This is slow: say so.
-            log.warning("group commit of %d steps failed; retrying one by one", len(batch))
-            for step in batch:
-                await self._commit([step])
+        results = await self._apply(batch)
+        if results is None:
             return
+        self.health.landed()
         for step, result in zip(batch, results, strict=True):
             if isinstance(result, BaseException):
                 _fail(step, result)
@@ -197,6 +188,38 @@ class EventLog:
             self._publish(step.events)
             if not step.done.done():
                 step.done.set_result(result)
+
+    async def _apply(self, batch: Sequence[_Step]) -> list[BatchResult] | None:
+        """The batch's results, once committed; None when it did not land (its steps are
+        settled here). A database locked by another writer wrote nothing: the batch is tried
+        again (the runs wait, health says why) for up to LOCKED_GIVE_UP_S."""
+        give_up = time.monotonic() + LOCKED_GIVE_UP_S
+        while True:
+            try:
+                return await self._store.apply_batch([s.new_run or s.writes for s in batch])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if await self._landed(batch):
+                    # The transaction committed although its caller saw an error (a
+                    # connection lost after COMMIT): its events are in the log, so they are
+                    # published.
+                    log.warning("a commit reported an error but had landed; its steps stand")
+                    self._stood(batch)
+                    return None
+                fault = self._store.fault(exc)
+                if isinstance(fault, StorageLocked) and time.monotonic() < give_up:
+                    self.health.failed(fault)
+                    await asyncio.sleep(LOCKED_PAUSE_S)  # the writer waited busy_timeout
+                    continue
+            if len(batch) == 1:
+                self._not_stored(batch[0], fault)
+                return None
+            # Commit step by step so that one bad step fails alone. This is slow: say so.
+            log.warning("group commit of %d steps failed; retrying one by one", len(batch))
+            for step in batch:
+                await self._commit([step])
+            return None
 
     async def _landed(self, batch: Sequence[_Step]) -> bool:
         """Whether a batch whose commit raised is in the store after all (one transaction:
@@ -216,6 +239,22 @@ class EventLog:
         except Exception:
             log.exception("could not tell whether a failed commit landed")
             return False
+
+    def _not_stored(self, step: _Step, fault: StorageFault) -> None:
+        """A step did not land: it fails with the fault, its run's later steps are refused,
+        its readers are woken to tell their clients (runs/stream.py), health hears of it."""
+        log.error("event log commit failed: %s", fault, exc_info=fault.__cause__ is not None)
+        self.health.failed(fault)
+        runs = {e.run_id for e in step.events}
+        for run_id in runs:
+            self._broken[run_id] = fault
+            self.notifier.notify(run_id)
+        _fail(step, fault)
+
+    def stalled(self, run_id: str) -> StorageFault | None:
+        """Why the run's last step could not be stored, while its log cannot go on (until its
+        owner writes again, e.g. its end); None when nothing stands in its way."""
+        return self._broken.get(run_id)
 
     def _stood(self, batch: Sequence[_Step]) -> None:
         """Settle a batch that landed without its results: events are published; creations
@@ -252,14 +291,16 @@ class EventLog:
         return created
 
     def _refuse_if_broken(self, step: _Step) -> bool:
-        if not self._broken.intersection(e.run_id for e in step.events):
+        broken = self._broken
+        fault = next((broken[e.run_id] for e in step.events if e.run_id in broken), None)
+        if fault is None:
             return False
-        _fail(step, Unavailable("an earlier step of this run could not be stored"))
+        _fail(step, fault.refused("an earlier step of this run could not be stored"))
         return True
 
     def mend(self, run_id: str) -> None:
         """The run's owner has re-read where its log ends; accept its steps again."""
-        self._broken.discard(run_id)
+        self._broken.pop(run_id, None)
 
     # --- other replicas' commits (PostgreSQL notifications) ----------------------------
 
@@ -294,52 +335,3 @@ class CommitUncertain(Exception):
 def _fail(step: _Step, error: BaseException) -> None:
     if not step.done.done():
         step.done.set_exception(error)
-
-
-class RunLog:
-    """Numbers one run's events and queues them with the state writes of their step."""
-
-    def __init__(self, log: EventLog, run_id: str, last_sequence: int, generation: int) -> None:
-        self._log = log
-        self.run_id = run_id
-        self.last_sequence = last_sequence
-        self.generation = generation
-        self._fence = Fence(run_id, generation)
-        self.failed = False
-        self._lock = asyncio.Lock()
-
-    async def emit(self, *payloads: Payload, state: Sequence[Write] = ()) -> asyncio.Future[None]:
-        """Append events (and state writes) as one atomic step; durability is not awaited."""
-        trace_id, span_id = current_trace_ids()
-        now = datetime.now(UTC)
-        async with self._lock:
-            # Numbers are taken only once the step is queued: a cancel while waiting for room
-            # in the queue leaves no gap.
-            events = [
-                Event(
-                    run_id=self.run_id,
-                    sequence=self.last_sequence + offset,
-                    payload=payload,
-                    timestamp=now,
-                    trace_id=trace_id,
-                    span_id=span_id,
-                )
-                for offset, payload in enumerate(payloads, start=1)
-            ]
-            writes: list[Write] = [self._fence, *(AppendEvent(e) for e in events)]
-            writes.extend(state)
-            done = await self._log.submit(writes, events)
-            self.last_sequence += len(events)
-        done.add_done_callback(self._check)
-        return done
-
-    def _check(self, done: asyncio.Future[None]) -> None:
-        if not done.cancelled() and done.exception() is not None:
-            self.failed = True
-
-    async def resync(self, store: Store) -> None:
-        """After a failed or interrupted write, continue from where the stored log ends."""
-        await self._log.flush()
-        self.last_sequence = await store.last_sequence(self.run_id)
-        self.failed = False
-        self._log.mend(self.run_id)

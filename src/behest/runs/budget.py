@@ -19,7 +19,7 @@ from behest.domain import events as ev
 from behest.domain.runs import Run
 from behest.domain.spend import MILLION, BudgetKind, FailureCode, Prices, RunBudget
 from behest.errors import RunStopped
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.runs.progress import RunProgress
 from behest.store.base import Store
 

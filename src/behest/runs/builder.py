@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from behest.domain.messages import Message
 from behest.domain.runs import Run
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor

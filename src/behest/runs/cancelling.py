@@ -83,7 +83,10 @@ class Cancelling:
                     final = await self._end_unowned(run, Ending.cancelled(cancel))
             else:
                 handle.request_cancel(cancel)
-                final = await handle.wait_end(run_id, CANCEL_WAIT_S)
+                try:
+                    final = await handle.wait_end(run_id, CANCEL_WAIT_S)
+                except DeadlineExceeded as exc:
+                    raise self._why_late(exc) from None
             if final is not None:
                 status = _cancelled(run_id, final)
                 await self._cancel_children(run_id, cancel)
@@ -117,6 +120,11 @@ class Cancelling:
                 f"the run, did not end it within {CANCEL_WAIT_S:g} s; it ends cancelled when "
                 "that node or the next to take the run up gets to it (GetRun tells)"
             ) from None
+
+    def _why_late(self, late: DeadlineExceeded) -> DeadlineExceeded:
+        """A run's end that was not durable in time, and why, when the database says."""
+        fault = self._ender.fault
+        return late if fault is None else DeadlineExceeded(f"{late} (now: {fault})")
 
     async def cancels_asked(self, run_ids: Iterable[str]) -> None:
         """Cancels asked through other nodes of runs this one executes: each is ended so."""
@@ -177,9 +185,11 @@ class Cancelling:
                 async with asyncio.timeout(CANCEL_WAIT_S):
                     await self._ender.end_stored(current, ending, claimed)
             except TimeoutError:
-                raise DeadlineExceeded(
-                    f"the end of run {run.id} was not durable within {CANCEL_WAIT_S:g} s; "
-                    "GetRun tells whether it was written"
+                raise self._why_late(
+                    DeadlineExceeded(
+                        f"the end of run {run.id} was not durable within {CANCEL_WAIT_S:g} s; "
+                        "GetRun tells whether it was written"
+                    )
                 ) from None
             except Fenced:
                 return None  # another node claimed it meanwhile: the caller asks again

@@ -16,7 +16,7 @@ from behest.domain.compaction import CompactionConfig
 from behest.domain.messages import Message, Role
 from behest.domain.runs import Run
 from behest.errors import ProviderError
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.runs import compaction
 from behest.runs.summariser import Summary
 from behest.store.base import AppendMessage, ClearToolResults, Store, Write

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from opentelemetry import trace
 
 from behest.domain.runs import CreatedRun, Run, RunRequest
-from behest.errors import Unavailable
+from behest.errors import StorageFault, Unavailable
 from behest.events.log import CommitUncertain, EventLog
 from behest.runs.start import first_step
 from behest.store.base import NewRun, Store, Write
@@ -65,6 +65,8 @@ async def commit_creation(
             if found is not None:
                 log.warning("run %s was created although its commit reported an error", found.id)
                 return found
+            if isinstance(exc, StorageFault):
+                raise exc.refused("no run was created") from None
             if attempt == 2 or not isinstance(exc, CommitUncertain):
                 raise
             continue  # nothing of it was written: ask again for the real answer

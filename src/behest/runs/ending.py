@@ -28,9 +28,11 @@ from behest.errors import (
     QuotaExhausted,
     RateLimited,
     RunStopped,
+    StorageFault,
     TransientProviderError,
 )
-from behest.events.log import EventLog, RunLog
+from behest.events.log import EventLog
+from behest.events.run_log import RunLog
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
 from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun
@@ -90,6 +92,8 @@ def failure_code(exc: BehestError) -> FailureCode:
     match exc:
         case RunStopped():
             return exc.code
+        case StorageFault():
+            return FailureCode.STORAGE
         case RateLimited() | QuotaExhausted():
             return FailureCode.RATE_LIMITED
         case ProviderAuthError():
@@ -121,11 +125,17 @@ class RunEnder:
         self._store = store
         self._log = event_log
 
+    @property
+    def fault(self) -> StorageFault | None:
+        """Why writes do not land now (None: they do)."""
+        return self._log.health.fault
+
     async def finish(
         self, run: Run, run_log: RunLog, ending: Ending, progress: RunProgress | None
-    ) -> None:
+    ) -> Ending:
         """Write the run's end, retried until durable: from what its owner knows (`progress`),
-        or, without one or after a failed write, from what the store holds."""
+        or, without one or after a failed write, from what the store holds. Returns the end
+        written: a completion whose earlier steps were not all stored fails instead."""
         messages = None if run_log.failed or progress is None else progress.transcript
         position = 0 if progress is None else progress.next_position
         iterations = run.iterations if progress is None else progress.iteration
@@ -138,8 +148,9 @@ class RunEnder:
                     messages = await self._store.session_messages(run.session_id)
                     position = messages[-1].position + 1 if messages else 0
                 spent = Spent(iterations, usage, cost)
+                ending = _truthful(ending, run_log)
                 await self._write(run, run_log, ending, messages, position, spent)
-                return
+                return ending
             except Fenced:
                 raise  # another node holds the run now: its end is that node's to write
             except Exception:
@@ -153,6 +164,7 @@ class RunEnder:
                     exc_info=True,
                 )
                 await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def end_stored(self, run: Run, ending: Ending, generation: int) -> None:
         """End a run no task executes (interrupted, or never resumed), from the store, under
@@ -193,5 +205,19 @@ class RunEnder:
             *[ev.ToolMessageCommitted(m.id) for m in closing],
             ending.payload,
             state=[*(AppendMessage(m) for m in closing), final, DeleteSnapshot(run.id)],
+            final=True,
         )
         await asyncio.shield(done)
+
+
+def _truthful(ending: Ending, run_log: RunLog) -> Ending:
+    """A run never ends COMPLETED when a step before its end was lost (its answer, its usage
+    or its text may be missing from the log): it fails naming the store's fault. Its
+    terminal step commits only after every earlier one (EventLog._broken), so a lost step is
+    known here by the time a COMPLETED end could land."""
+    if ending.status != RunStatus.COMPLETED or run_log.lost is None:
+        return ending
+    return Ending.failed(
+        f"the run finished, but its answer could not be stored: {run_log.lost}",
+        FailureCode.STORAGE,
+    )

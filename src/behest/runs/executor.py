@@ -30,7 +30,8 @@ from behest.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from behest.events.log import EventLog, RunLog
+from behest.events.log import EventLog
+from behest.events.run_log import RunLog
 from behest.runs.builder import LoopBuilder
 from behest.runs.cancelling import CANCEL_WAIT_S, Cancelling
 from behest.runs.creation import commit_creation, new_run
@@ -429,7 +430,7 @@ class Executor:
                     span.set_attribute("behest.outcome", "waiting")
                     waiting = ending  # durable, and nobody's: any node may take it up
                     return
-                await self._ender.finish(run, run_log, ending, progress)
+                ending = await self._ender.finish(run, run_log, ending, progress)
                 handle.final = ending.status
                 self._ended(ending, span)
         except Fenced:

@@ -22,7 +22,7 @@ from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolCho
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, RunBudget
 from behest.errors import ContextOverflowError, RunStopped, TransientProviderError, quote
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.metrics import ModelCall
 from behest.providers.base import ModelRequest, Provider, ToolDefinition
 from behest.providers.config import ProviderConfig

@@ -2,7 +2,8 @@
 
 A reader takes a wake-up ticket before each read, so a commit between its read and its wait
 is never missed; it skips anything at or below the last sequence it sent. Readers only read:
-a reader going away never touches the run.
+a reader going away never touches the run. A reader of a run whose step could not be stored
+ends with that storage fault (disk full, locked) instead of waiting in silence.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from behest.events.log import EventLog
 from behest.store.base import Store
 
 PAGE = 500
+# How long a reader of a run whose step was not stored waits for the writer's next try.
+STALLED_WAIT_S = 2.0
 
 
 async def follow(
@@ -28,6 +31,7 @@ async def follow(
         return
     last = after
     from_store = False
+    stalled = False
     while True:
         ticket = event_log.notifier.ticket(run_id)
         # After a quiet spell the store is asked: the run may go on in another process (a
@@ -46,6 +50,19 @@ async def follow(
         from_store = False
         if len(events) >= PAGE:
             continue
+        fault = event_log.stalled(run_id) if not events else None
+        if fault is not None:
+            # Its log cannot go on for now. The writer tries again: the client waits for that
+            # once (a passing fault ends the run, whose end it then sees), else it hears why
+            # rather than wait out its deadline, and resumes from `last` later.
+            if stalled:
+                raise fault.refused(
+                    f"run {run_id} stopped after event {last}, a step was not stored"
+                )
+            stalled = True
+            await event_log.notifier.wait(ticket, STALLED_WAIT_S)
+            continue
+        stalled = False
         if not events and not await event_log.notifier.wait(ticket, event_log.poll_s):
             # Quiet for a while: the run may have ended in another process.
             if await _ended_at(store, event_log, run_id, last):

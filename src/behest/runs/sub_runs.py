@@ -27,7 +27,8 @@ from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.spend import RunBudget
 from behest.errors import BehestError, InvalidArgument
-from behest.events.log import EventLog, RunLog
+from behest.events.log import EventLog
+from behest.events.run_log import RunLog
 from behest.providers.base import ToolDefinition
 from behest.runs.stream import follow
 from behest.store.base import Store

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 
 from behest.domain import events as ev
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 
 
 class TextCoalescer:
@@ -38,8 +38,11 @@ class TextCoalescer:
         self._committing: asyncio.Future[None] | None = None
         # Emits the pending text once the previous delta has committed.
         self._flusher: asyncio.Task[None] | None = None
+        # Why the flusher could not emit (a step not stored): raised by the next add/flush.
+        self._error: BaseException | None = None
 
     async def add(self, chunk: str) -> None:
+        self._raise_error()
         if self._enabled and (self._pending or self._is_committing()):
             self._pending.append(chunk)
             if self._flusher is None:
@@ -55,6 +58,7 @@ class TextCoalescer:
                 flusher.cancel()  # still waiting for the commit: it has emitted nothing
             else:
                 await flusher  # it is emitting the pending text, or about to
+        self._raise_error()
         await self._emit_pending()
 
     def discard(self) -> None:
@@ -71,7 +75,15 @@ class TextCoalescer:
         if self._committing is not None:
             await asyncio.wait([self._committing])
         self._flusher = None
-        await self._emit_pending()
+        try:
+            await self._emit_pending()
+        except Exception as exc:  # the run's next add or flush raises it
+            self._error = exc
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     async def _emit_pending(self) -> None:
         if self._pending:

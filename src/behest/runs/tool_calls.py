@@ -20,7 +20,7 @@ from opentelemetry.trace import Span
 from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import RunStatus
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.metrics import UNKNOWN_TOOL
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
@@ -93,9 +93,14 @@ class ToolRunner:
             async with slots:
                 await self._execute(call)
 
-        async with asyncio.TaskGroup() as group:
-            for call in calls:
-                group.create_task(one(call))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for call in calls:
+                    group.create_task(one(call))
+        except BaseExceptionGroup as group:
+            # What stopped the first call stops the run as it would alone (a step not
+            # stored, a lost claim), not as a group the executor cannot name.
+            raise _first(group) from None
 
     async def _execute(self, call: ToolCall) -> None:
         progress = self._progress
@@ -163,3 +168,9 @@ class ToolRunner:
             state=[AppendMessage(message), *progress.state(RunStatus.WAITING_FOR_TOOLS)],
         )
         progress.remember(message)
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The first exception of a (nested) group."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first

@@ -15,7 +15,7 @@ from typing import Any
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, TokenUsage
-from behest.events.log import RunLog
+from behest.events.run_log import RunLog
 from behest.providers.base import (
     Delta,
     Finished,

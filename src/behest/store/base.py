@@ -23,6 +23,7 @@ from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, FailureCode, Money
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
+from behest.errors import StorageFault
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,15 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    def fault(self, exc: BaseException) -> StorageFault:
+        """What a write that raised `exc` means: the disk is full, the database is locked,
+        or it failed otherwise, in plain words."""
+        ...
+
+    async def probe_write(self) -> None:
+        """One tiny write transaction; raises while writes cannot land (health)."""
+        ...
 
     async def claim_run(
         self,

@@ -30,6 +30,12 @@ from behest.errors import describe
 
 log = logging.getLogger(__name__)
 
+# SQLite: how long a write waits for another process's write lock (Settings).
+DEFAULT_BUSY_TIMEOUT_S = 10.0
+# SQLite: the WAL is cut back to this size whenever it is reset after a checkpoint, so that
+# a burst (or a long reader holding a snapshot, during which it only grows) leaves no
+# lasting file behind.
+WAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024
 # Tries at switching a new SQLite file to WAL while other connections do (see _enable_wal).
 WAL_ATTEMPTS = 20
 P = ParamSpec("P")
@@ -68,30 +74,47 @@ class ThreadWriter:
     Through aiosqlite every statement, cursor and commit is a round trip between the event
     loop and the driver's thread (a run's creation took ~30 of them); here a whole
     transaction is one, on the writer's own thread. A small one (`write_small`: a run's
-    creation when the server is not busy, a lone step) runs on the event loop itself: its
-    ~0.5 ms costs less than the hop and the wait for the GIL on the way back. The price is
-    that the loop waits while such a commit does, e.g. when it checkpoints the WAL (a few
-    ms), or when another process holds SQLite's write lock (behest expects to be the only
-    writer of its file). Once started, a transaction completes even if its caller is
-    cancelled, as a commit already sent would.
+    creation when the server is not busy, a lone step) runs on the event loop itself when
+    nothing else writes: its ~0.5 ms costs less than the hop and the wait for the GIL on the
+    way back. The loop never waits for a lock there: such a transaction takes SQLite's write
+    lock without waiting (busy_timeout 0), and when another process holds it (an outside
+    writer on the file) the transaction goes to the thread, which waits up to
+    `busy_timeout_s`, while health, reads and cancels go on answering. Once started, a
+    transaction completes even if its caller is cancelled, as a commit already sent would.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         self._engine = create_engine(
             url,
             pool_size=1,
             max_overflow=0,
             connect_args={"check_same_thread": False},
         )
-        _configure_sqlite(self._engine, begin="BEGIN IMMEDIATE")
+        self._busy_ms = _ms(busy_timeout_s)
+        _configure_sqlite(self._engine, begin="BEGIN IMMEDIATE", busy_ms=self._busy_ms)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        # Transactions handed to the thread and not yet done: while there are any, the one
+        # connection is the thread's, and small ones queue behind them instead of the loop
+        # waiting for it.
+        self._queued = 0
 
     async def write(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, lambda: self._transaction(fn, args, kwargs))
+        self._queued += 1
+        try:
+            return await loop.run_in_executor(
+                self._thread, lambda: self._transaction(fn, args, kwargs)
+            )
+        finally:
+            self._queued -= 1
 
     async def write_small(self, fn: WriteFn[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._transaction(fn, args, kwargs)
+        if self._queued:
+            return await self.write(fn, *args, **kwargs)
+        try:
+            return self._transaction(fn, args, kwargs, busy_ms=0)
+        except _LockTaken:
+            return await self.write(fn, *args, **kwargs)
 
     async def execute_once(
         self, statement: Executable, params: Mapping[str, Any] | None = None
@@ -101,9 +124,27 @@ class ThreadWriter:
         data-modifying CTEs."""
         return await self.write(_execute, statement, params)
 
-    def _transaction(self, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
-        with self._engine.begin() as conn:
-            return fn(conn, *args, **kwargs)
+    def _transaction(
+        self, fn: Callable[..., R], args: Any, kwargs: Any, *, busy_ms: int | None = None
+    ) -> R:
+        """One transaction; with `busy_ms` 0 it raises _LockTaken at once, having written
+        nothing, if another connection holds the write lock."""
+        with self._engine.connect() as conn:
+            # The driver's own connection: a statement through SQLAlchemy would begin.
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            if busy_ms is not None:
+                raw.execute(f"PRAGMA busy_timeout={busy_ms}")
+            try:
+                with conn.begin():
+                    return fn(conn, *args, **kwargs)
+            except DBAPIError as exc:
+                if busy_ms == 0 and _locked(exc):
+                    raise _LockTaken from None  # rolled back: nothing of it was written
+                raise
+            finally:
+                if busy_ms is not None:
+                    raw.execute(f"PRAGMA busy_timeout={self._busy_ms}")
 
     async def dispose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._engine.dispose)
@@ -185,6 +226,19 @@ class AsyncWriter:
         """The engine's pool is the reader's too; Engines disposes of it."""
 
 
+class _LockTaken(Exception):
+    """Another connection holds SQLite's write lock; nothing was begun."""
+
+
+def _locked(exc: DBAPIError) -> bool:
+    orig = exc.orig
+    return isinstance(orig, sqlite3.OperationalError) and "locked" in str(orig)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
 class ConnectionLost(Exception):
     """A statement's connection died under it: whether it committed is unknown."""
 
@@ -241,14 +295,20 @@ class Engines:
         await self.reader.dispose()
 
 
-def create_engines(url: str, *, idle_in_transaction_s: float = 0.0) -> Engines:
+def create_engines(
+    url: str,
+    *,
+    idle_in_transaction_s: float = 0.0,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+) -> Engines:
     """Build the engines for a database URL (sqlite+aiosqlite or postgresql+asyncpg).
 
     `idle_in_transaction_s` (PostgreSQL; 0: the server's setting): a session that sits this
     long inside a transaction is ended by the server. A process frozen mid-write (a stall, a
     SIGSTOP, a partition) would otherwise hold the row locks of its transaction — and with
     them every other replica's claims and renewals of those runs — for as long as it is
-    frozen; behest's own transactions never wait between statements on purpose."""
+    frozen; behest's own transactions never wait between statements on purpose.
+    `busy_timeout_s` (SQLite): how long a write waits for another process's lock."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         # No pool_pre_ping: on asyncpg it is BEGIN, SELECT, ROLLBACK, three round trips
@@ -279,9 +339,9 @@ def create_engines(url: str, *, idle_in_transaction_s: float = 0.0) -> Engines:
     if parsed.database:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     reader = create_async_engine(url, pool_size=8, max_overflow=8)
-    _configure_sqlite(reader.sync_engine, begin="BEGIN")
+    _configure_sqlite(reader.sync_engine, begin="BEGIN", busy_ms=_ms(busy_timeout_s))
     sync_url = parsed.set(drivername="sqlite").render_as_string(hide_password=False)
-    return Engines(writer=ThreadWriter(sync_url), reader=reader)
+    return Engines(writer=ThreadWriter(sync_url, busy_timeout_s=busy_timeout_s), reader=reader)
 
 
 def _discard_closed(engine: Engine) -> None:
@@ -295,14 +355,15 @@ def _discard_closed(engine: Engine) -> None:
             raise DisconnectionError("the pooled connection was closed by the server")
 
 
-def _configure_sqlite(engine: Engine, *, begin: str) -> None:
+def _configure_sqlite(engine: Engine, *, begin: str, busy_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event decide how transactions start (see below).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         _enable_wal(cursor)
+        cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         # NORMAL under WAL survives a process crash (kill -9); only power loss may lose the
         # last commits.
         cursor.execute("PRAGMA synchronous=NORMAL")

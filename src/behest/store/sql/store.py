@@ -22,7 +22,7 @@ from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
-from behest.errors import Fenced
+from behest.errors import Fenced, StorageFault
 from behest.store.base import (
     BatchResult,
     Fence,
@@ -43,6 +43,7 @@ from behest.store.sql.creation import (
     is_fresh,
 )
 from behest.store.sql.engine import AsyncWriter, ConnectionLost, Engines, create_engines
+from behest.store.sql.faults import fault_of
 from behest.store.sql.single_statement import OneStatement
 from behest.store.sql.writes import TERMINAL, apply_writes, notifications, upsert
 
@@ -75,15 +76,19 @@ _EVENT_COLUMNS = (
 class SqlStore:
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
-    def __init__(self, url: str, *, node: str = "", lease_s: float = 0.0) -> None:
+    def __init__(
+        self, url: str, *, node: str = "", lease_s: float = 0.0, busy_timeout_s: float = 10.0
+    ) -> None:
         """`node`: this process's node name, which its notifications carry (PostgreSQL; none
         are sent without one). `lease_s`: how long run leases last; a transaction of this
         process that stalls for a third of it is ended by PostgreSQL, so that its locks do
-        not hold up other replicas (engine.create_engines)."""
+        not hold up other replicas (engine.create_engines). `busy_timeout_s` (SQLite): how
+        long a write waits for another process's lock on the file."""
         self._url = url
         self._node = node
         self._idle_in_transaction_s = max(0.5, lease_s / 3) if lease_s else 0.0
         self._postgres = make_url(url).get_backend_name() == "postgresql"
+        self._busy_timeout_s = busy_timeout_s
         self._engines: Engines | None = None
 
     @property
@@ -98,7 +103,9 @@ class SqlStore:
     async def start(self) -> None:
         if self._engines is None:
             self._engines = create_engines(
-                self._url, idle_in_transaction_s=self._idle_in_transaction_s
+                self._url,
+                idle_in_transaction_s=self._idle_in_transaction_s,
+                busy_timeout_s=self._busy_timeout_s,
             )
             await self.engines.writer.write(_upgrade)
 
@@ -106,6 +113,12 @@ class SqlStore:
         if self._engines is not None:
             engines, self._engines = self._engines, None
             await engines.dispose()
+
+    def fault(self, exc: BaseException) -> StorageFault:
+        return fault_of(exc)
+
+    async def probe_write(self) -> None:
+        await self.engines.writer.write_small(_probe, self._node)
 
     # --- runs -------------------------------------------------------------------------
 
@@ -524,3 +537,9 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def _probe(conn: Connection, node: str) -> None:
+    """A write of one row that changes nothing: it needs the write lock and a page of log."""
+    nodes = t.nodes
+    conn.execute(sa.update(nodes).where(nodes.c.name == node).values(expires_at=nodes.c.expires_at))

@@ -55,6 +55,11 @@ class _FailureCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureCo
     """Added in behest 0.7. The final answer did not fit the run's response_format, also after
     the one repair attempt (the error names the problem).
     """
+    FAILURE_CODE_STORAGE: _FailureCode.ValueType  # 14
+    """Added in behest 0.8. A step of the run could not be stored (the database's disk was
+    full, it was locked, or it failed otherwise; the error says which): a run whose answer
+    is not stored never ends COMPLETED.
+    """
 
 class FailureCode(_FailureCode, metaclass=_FailureCodeEnumTypeWrapper):
     """Added in behest 0.6: why a run failed."""
@@ -85,6 +90,11 @@ FAILURE_CODE_INTERNAL: FailureCode.ValueType  # 12
 FAILURE_CODE_INVALID_OUTPUT: FailureCode.ValueType  # 13
 """Added in behest 0.7. The final answer did not fit the run's response_format, also after
 the one repair attempt (the error names the problem).
+"""
+FAILURE_CODE_STORAGE: FailureCode.ValueType  # 14
+"""Added in behest 0.8. A step of the run could not be stored (the database's disk was
+full, it was locked, or it failed otherwise; the error says which): a run whose answer
+is not stored never ends COMPLETED.
 """
 Global___FailureCode: _TypeAlias = FailureCode  # noqa: Y015
 

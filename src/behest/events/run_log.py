@@ -1,0 +1,97 @@
+"""One run's sequencer: numbers its events and queues them, with the state writes of their
+step, to the event log (events/log.py); once a step has failed, the run stops at its next
+emit instead of going on with nothing recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from behest.domain.events import Event, Payload
+from behest.domain.spend import FailureCode
+from behest.errors import Fenced, RunStopped, StorageFault
+from behest.store.base import AppendEvent, Fence, Store, Write
+from behest.telemetry import current_trace_ids
+
+if TYPE_CHECKING:
+    from behest.events.log import EventLog
+
+
+class RunLog:
+    """Numbers one run's events and queues them with the state writes of their step."""
+
+    def __init__(self, log: EventLog, run_id: str, last_sequence: int, generation: int) -> None:
+        self._log = log
+        self.run_id = run_id
+        self.last_sequence = last_sequence
+        self.generation = generation
+        self._fence = Fence(run_id, generation)
+        # A step failed since the last resync: later ones would be refused (EventLog._broken).
+        self.failed = False
+        self._error: BaseException | None = None
+        # The first storage fault of a step before the run's end: its answer may be lost, so
+        # it cannot end COMPLETED (runs/ending.py).
+        self.lost: StorageFault | None = None
+        self._lock = asyncio.Lock()
+
+    async def emit(
+        self, *payloads: Payload, state: Sequence[Write] = (), final: bool = False
+    ) -> asyncio.Future[None]:
+        """Append events (and state writes) as one atomic step; durability is not awaited.
+
+        Once a step has failed, the next emit raises instead (RunStopped with
+        FailureCode.STORAGE, or Fenced): the run stops at once rather than go on with
+        nothing recorded. `final`: the run's terminal step (runs/ending.py), after a resync.
+        """
+        if self.failed and not final:
+            raise self._stopped()
+        trace_id, span_id = current_trace_ids()
+        now = datetime.now(UTC)
+        async with self._lock:
+            # Numbers are taken only once the step is queued: a cancel while waiting for room
+            # in the queue leaves no gap.
+            events = [
+                Event(
+                    run_id=self.run_id,
+                    sequence=self.last_sequence + offset,
+                    payload=payload,
+                    timestamp=now,
+                    trace_id=trace_id,
+                    span_id=span_id,
+                )
+                for offset, payload in enumerate(payloads, start=1)
+            ]
+            writes: list[Write] = [self._fence, *(AppendEvent(e) for e in events)]
+            writes.extend(state)
+            done = await self._log.submit(writes, events)
+            self.last_sequence += len(events)
+        done.add_done_callback(functools.partial(self._check, final=final))
+        return done
+
+    def _check(self, done: asyncio.Future[None], *, final: bool) -> None:
+        error = None if done.cancelled() else done.exception()
+        if error is None:
+            return
+        self.failed = True
+        self._error = self._error or error
+        if not final and isinstance(error, StorageFault) and self.lost is None:
+            self.lost = error
+
+    def _stopped(self) -> BaseException:
+        """What stops the run after a failed step: the lost claim, or the store's fault."""
+        if isinstance(self._error, Fenced):
+            return self._error
+        return RunStopped(
+            f"a step of the run could not be stored: {self._error}", FailureCode.STORAGE
+        )
+
+    async def resync(self, store: Store) -> None:
+        """After a failed or interrupted write, continue from where the stored log ends."""
+        await self._log.flush()
+        self.last_sequence = await store.last_sequence(self.run_id)
+        self.failed = False
+        self._error = None
+        self._log.mend(self.run_id)
