@@ -25,6 +25,8 @@ from mcp.types import (
 )
 
 from behest.domain.messages import ToolCall
+from behest.providers.retry import RetryPolicy
+from behest.tools import mcp
 from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp import McpServerConfig, McpToolSource, result_text
 from behest.tools.registry import ToolRegistry
@@ -207,24 +209,23 @@ async def test_a_server_that_never_answers_times_out_at_start(
     assert any("MCP server 'mute'" in m for m in mcp_errors(caplog))
 
 
-async def test_a_dead_server_turns_calls_into_prompt_error_results(
+async def test_a_server_that_dies_is_restarted_and_its_tools_work_again(
     start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
-    source = await start(echo(), echo("other"))
-    tools = by_name(source)
-    died = await tools["echo__exit_now"]({})
-    assert isinstance(died, ToolResult) and died.is_error
+    source = await start(echo(timeout_s=60), echo("other"))
+    first_pid = (await call(source, "echo__pid")).text
     began = time.monotonic()
-    for _ in range(3):
-        later = await tools["echo__add"]({"a": 1, "b": 2})
-        assert isinstance(later, ToolResult)
-        assert later.is_error
-        assert "MCP server 'echo' is unavailable" in later.text
-    assert time.monotonic() - began < 1
-    assert source.status()["echo"].startswith("failed: connection lost")
-    assert {t.name.partition("__")[0] for t in source.tools()} == {"other"}
+    died = await call(source, "echo__exit_now")
+    assert died.is_error
+    assert "the server closed the connection" in died.text
+    assert "behest is restarting MCP server 'echo'" in died.text
+    assert time.monotonic() - began < 10
+    # A call made while it restarts waits for it.
+    assert await call(source, "echo__add", a=1, b=2) == ToolResult("3")
+    assert (await call(source, "echo__pid")).text != first_pid
+    assert source.status() == {"echo": "connected", "other": "connected"}
     assert await call(source, "other__add", a=1, b=2) == ToolResult("3")
-    assert any("MCP server 'echo'" in m and "unavailable" in m for m in mcp_errors(caplog))
+    assert any("MCP server 'echo'" in m and "restarting it" in m for m in mcp_errors(caplog))
 
 
 async def test_stop_ends_the_server_process_and_can_be_repeated(start: Start) -> None:
@@ -273,7 +274,10 @@ async def test_a_call_over_streamable_http(start: Start, http_echo_url: str) -> 
     assert by_name(source)["web__add"].read_only
 
 
-async def test_a_dead_http_server_turns_calls_into_error_results(start: Start) -> None:
+async def test_a_dead_http_server_is_given_up_on_after_a_few_restarts(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp, "RESTARTS", RetryPolicy(max_attempts=2, backoff_initial_s=0.01))
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(ECHO_SERVER), "--http", stdout=asyncio.subprocess.PIPE
     )
@@ -284,10 +288,18 @@ async def test_a_dead_http_server_turns_calls_into_error_results(start: Start) -
     process.kill()
     await process.wait()
     began = time.monotonic()
-    result = await call(source, "web__add", a=1, b=2)
-    assert result.is_error
-    assert "MCP server 'web' is unavailable" in result.text
+    lost = await call(source, "web__add", a=1, b=2)
+    assert lost.is_error
+    assert "behest is restarting MCP server 'web'" in lost.text
     assert time.monotonic() - began < 2
+    # The next call waits for the restarts, which cannot reach the server.
+    later = await call(source, "web__add", a=1, b=2)
+    assert later == ToolResult(
+        "MCP server 'web' is unavailable (failed: All connection attempts failed; gave up after "
+        "2 restarts)",
+        True,
+    )
+    assert source.status()["web"].startswith("failed")
 
 
 def test_structured_content_is_json_when_there_is_no_text() -> None:

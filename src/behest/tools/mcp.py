@@ -9,63 +9,58 @@
     headers = { Authorization = "Bearer ..." }
 
 Each server is held by one long-lived task that enters the SDK's async context managers
-(transport, then `mcp.Client`), lists the tools, waits to be told to stop and exits them
-again: anyio cancel scopes must be entered and left by the same task. Tool calls go straight
-through the connected `Client` from the caller's task; the SDK correlates concurrent
-requests. A server that fails to start gives no tools; one that dies later turns its tools'
-calls into error results.
+(transport, then `mcp.Client`), lists the tools, waits until the connection ends or it is told
+to stop, and exits them again: anyio cancel scopes must be entered and left by the same task.
+Tool calls go straight through the connected `Client` from the caller's task; the SDK
+correlates concurrent requests. A server that fails to start gives no tools. One whose
+connection is lost later — it exited, or broke the protocol — is restarted by that task, a few
+times with backoff; the call in flight fails at once, and calls made while it restarts wait
+for it (half their timeout at most).
+
+A server's own JSON-RPC errors are tool errors with its message, whatever their code: the
+numbers the SDK uses for its own timeout and closed connection are ordinary ones a server may
+send too, so those are told apart by how the SDK raises them (`_failure`), not by the number.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
-import re
-import sys
+import time
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
-import httpx2
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import (
-    CONNECTION_CLOSED,
-    REQUEST_TIMEOUT,
-    AudioContent,
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    Implementation,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-)
+from mcp import Client, MCPError
+from mcp.types import Implementation
 from mcp.types import Tool as McpTool
 
-from behest import __version__, bounded_json
+from behest import __version__
 from behest.errors import describe
-from behest.tools.base import FunctionTool, Tool, ToolResult
+from behest.providers.retry import RetryPolicy
+from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
+from behest.tools.mcp_tools import make_tools, result_text
+from behest.tools.mcp_transport import Connection, transport
 
 __all__ = ["McpServerConfig", "McpToolSource", "parse_mcp_servers", "result_text"]
 
 log = logging.getLogger(__name__)
 
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _LIST_PAGES_MAX = 100
 # Connecting includes spawning the server (`npx -y ...` may download it first) and listing tools.
 DEFAULT_START_TIMEOUT_S = 30.0
 # A stdio server that ignores its closed stdin is killed by the SDK after about 6 s.
 STOP_TIMEOUT_S = 10.0
-# Streamable HTTP holds a response stream open while a tool runs; reads wait this long.
-_HTTP_READ_TIMEOUT_S = 300.0
+# Restarts after a lost connection: at most this many in a row, with full-jitter backoff
+# (the project's one backoff); a connection that lasted _STABLE_S starts the count again.
+RESTARTS = RetryPolicy(max_attempts=5, backoff_initial_s=0.5, backoff_max_s=8.0)
+_STABLE_S = 60.0
+_LOST = "the connection to the server was lost"
 
 
 class McpToolSource:
@@ -95,7 +90,8 @@ class McpToolSource:
         return [t for server in self._servers if server.status == "connected" for t in server.tools]
 
     def status(self) -> dict[str, str]:
-        """Server name → "connected", "starting", "failed: <cause>" or "stopped"."""
+        """Server name → "connected", "starting", "restarting: <cause>", "failed: <cause>" or
+        "stopped"."""
         return {server.config.name: server.status for server in self._servers}
 
     async def stop(self) -> None:
@@ -104,7 +100,7 @@ class McpToolSource:
 
 
 class _Server:
-    """One MCP server's connection, held open by one task."""
+    """One MCP server's connection, held open (and opened again) by one task."""
 
     def __init__(self, config: McpServerConfig, start_timeout_s: float) -> None:
         self.config = config
@@ -112,9 +108,12 @@ class _Server:
         self.status = "stopped"
         self.tools: list[Tool] = []
         self._client: Client | None = None
+        self._connection = Connection()
+        self._connecting: anyio.CancelScope | None = None
         self._task: asyncio.Task[None] | None = None
-        self._scope: anyio.CancelScope | None = None
-        self._ready = asyncio.Event()
+        self._ready = asyncio.Event()  # the first connection is up, or failed
+        self._settled = asyncio.Event()  # not restarting
+        self._settled.set()
         self._stop = asyncio.Event()
         self._stopping = False
 
@@ -129,7 +128,6 @@ class _Server:
 
     async def stop(self) -> None:
         task = self._task
-        self._stopping = True
         self._close()
         if task is not None:
             _, pending = await asyncio.wait({task}, timeout=STOP_TIMEOUT_S)
@@ -140,156 +138,193 @@ class _Server:
         self._client = None
         self.tools = []
         self.status = "stopped"
+        self._settled.set()
+
+    def _close(self) -> None:
+        """Tell the owner task to end: no restart, the connection closed (or its start cut)."""
+        self._stopping = True
+        self._stop.set()
+        self._connection.end()
+        if self._connecting is not None:
+            self._connecting.cancel()
 
     async def _hold(self) -> None:
-        """The owner task: enter the SDK's context managers, wait for stop, exit them."""
-        scope = self._scope = anyio.CancelScope(
+        """The owner task: connect, serve until stopped, connect again after a lost connection."""
+        try:
+            await self._keep_connected()
+        finally:
+            self._ready.set()
+
+    async def _keep_connected(self) -> None:
+        restarts, ever_up = 0, False
+        while True:
+            connection = self._connection = Connection(on_end=self._ended)
+            up_since = await self._serve(connection, list_tools=not ever_up)
+            cause = connection.cause or _LOST
+            if self._stopping:
+                return
+            if not ever_up and up_since is None:
+                self._fail(cause)
+                return
+            ever_up = True
+            if up_since is not None and time.monotonic() - up_since >= _STABLE_S:
+                restarts = 0
+            restarts += 1
+            if restarts > RESTARTS.max_attempts:
+                self._fail(f"{cause}; gave up after {RESTARTS.max_attempts} restarts")
+                return
+            self._restarting(cause, restarts, was_up=up_since is not None)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), RESTARTS.backoff_s(restarts))
+
+    async def _serve(self, connection: Connection, *, list_tools: bool) -> float | None:
+        """One connection, from its start (within start_timeout_s) until it ends or behest
+        stops it; ends `connection` with the reason. When it was up since, or None."""
+        scope = self._connecting = anyio.CancelScope(
             deadline=anyio.current_time() + self.start_timeout_s
         )
-        if self._stop.is_set():  # stopped before this task first ran
+        if self._stopping:  # stopped before this task got here
             scope.cancel()
+        up_since: float | None = None
         try:
             with scope:
                 async with AsyncExitStack() as stack:
-                    client = await stack.enter_async_context(self._connect(stack))
-                    listed = await _list_tools(client)
+                    client = await stack.enter_async_context(self._client_for(connection, stack))
+                    listed = await _list_tools(client) if list_tools else None
+                    self._connecting = None
                     scope.deadline = math.inf
+                    up_since = time.monotonic()
                     self._connected(client, listed)
-                    await self._stop.wait()
+                    await connection.ended.wait()
             if scope.cancelled_caught and not self._stopping:
-                self._fail(f"did not start within {self.start_timeout_s:g} s")
+                connection.end(f"did not start within {self.start_timeout_s:g} s")
         except Exception as exc:
-            lost = "connection lost: " if self.status == "connected" else ""
-            self._fail(lost + _describe(exc))
+            connection.end(describe(exc))
         finally:
             self._client = None
-            self._ready.set()
+            self._connecting = None
+            connection.end()
+        return up_since
 
-    def _connect(self, stack: AsyncExitStack) -> Client:
-        config = self.config
-        transport: AbstractAsyncContextManager[Any]
-        if config.command:
-            params = StdioServerParameters(
-                command=config.command,
-                args=list(config.args),
-                env=config.env,
-                cwd=config.cwd or None,
-            )
-            transport = stdio_client(params, errlog=sys.stderr)
-        else:
-            http = httpx2.AsyncClient(
-                headers=config.headers,
-                timeout=httpx2.Timeout(config.timeout_s, read=_HTTP_READ_TIMEOUT_S),
-            )
-            stack.push_async_callback(http.aclose)
-            transport = streamable_http_client(config.url, http_client=http)
+    def _ended(self) -> None:
+        """A connection ended: no new calls go onto it; calls wait for what comes next."""
+        self._client = None
+        if not (self._stopping or self.status.startswith("failed")):
+            self._settled.clear()
+
+    def _client_for(self, connection: Connection, stack: AsyncExitStack) -> Client:
         return Client(
-            transport,
-            read_timeout_seconds=config.timeout_s,
+            transport(self.config, connection, stack),
+            read_timeout_seconds=self.config.timeout_s,
             client_info=Implementation(name="behest", version=__version__),
             cache=None,
         )
 
-    def _connected(self, client: Client, listed: list[McpTool]) -> None:
-        if self.status != "starting":
+    def _connected(self, client: Client, listed: list[McpTool] | None) -> None:
+        if self._stopping:
             return  # gave up on it meanwhile; the owner task is already on its way out
         self._client = client
-        self.tools = self._make_tools(listed)
+        if listed is not None:
+            self.tools = make_tools(self.config, listed, self.call)
+        again = self.status.startswith("restarting")
         self.status = "connected"
         self._ready.set()
+        self._settled.set()
         log.info(
-            f"MCP server {self.config.name!r} connected with {len(self.tools)} tool(s)",
+            f"MCP server {self.config.name!r} {'reconnected' if again else 'connected'} with "
+            f"{len(self.tools)} tool(s)",
             extra={"mcp_server": self.config.name, "tools": [t.name for t in self.tools]},
         )
 
+    def _restarting(self, cause: str, attempt: int, *, was_up: bool) -> None:
+        self.status = f"restarting: {cause}"
+        what = "became unavailable" if was_up else "did not restart"
+        log.error(
+            f"MCP server {self.config.name!r} ({self.config.transport}) {what}: {cause}; "
+            f"restarting it (attempt {attempt} of {RESTARTS.max_attempts})",
+            extra={"mcp_server": self.config.name, "error": cause},
+        )
+
     def _fail(self, cause: str) -> None:
-        """Record why the server is unusable; only the first cause counts."""
-        if self._stopping or self.status not in ("starting", "connected"):
+        """Record why the server is unusable for good; only the first cause counts."""
+        if self._stopping or self.status.startswith("failed"):
             return  # a call cut short by stop() is not the server's failure
         what = "failed to start" if self.status == "starting" else "became unavailable"
         self.status = f"failed: {cause}"
         self._client = None
+        self._settled.set()
         log.error(
             f"MCP server {self.config.name!r} ({self.config.transport}) {what}: {cause}",
             extra={"mcp_server": self.config.name, "error": cause},
         )
 
-    def _close(self) -> None:
-        self._stop.set()
-        if self._scope is not None and not self._ready.is_set():
-            self._scope.cancel()
-
-    def _make_tools(self, listed: list[McpTool]) -> list[Tool]:
-        tools: list[Tool] = []
-        seen: set[str] = set()
-        for mcp_tool in listed:
-            name = f"{self.config.name}__{_UNSAFE_NAME_CHARS.sub('_', mcp_tool.name)}"
-            try:
-                Draft202012Validator.check_schema(mcp_tool.input_schema)
-            except SchemaError as exc:
-                problem = f"invalid input schema: {exc.message}"
-            else:
-                problem = "duplicate name" if name in seen else ""
-            if problem:
-                log.warning(
-                    f"MCP server {self.config.name!r}: skipping tool {mcp_tool.name!r}: {problem}",
-                    extra={"mcp_server": self.config.name, "tool": mcp_tool.name},
-                )
-                continue
-            seen.add(name)
-            tools.append(self._make_tool(name, mcp_tool))
-        return tools
-
-    def _make_tool(self, name: str, mcp_tool: McpTool) -> Tool:
-        hints = mcp_tool.annotations
-        read_only = bool(hints and hints.read_only_hint)
-        description = (mcp_tool.description or mcp_tool.title or mcp_tool.name).strip()
-
-        async def call(arguments: dict[str, Any]) -> ToolResult:
-            return await self.call(mcp_tool.name, arguments)
-
-        return FunctionTool(
-            name=name,
-            description=f"{description}\n\n(Tool {mcp_tool.name!r} of MCP server "
-            f"{self.config.name!r}.)",
-            parameters_schema=mcp_tool.input_schema,
-            function=call,
-            timeout_s=self.config.timeout_s,
-            read_only=read_only,
-            concurrency_safe=read_only,
-            idempotent=bool(hints and hints.idempotent_hint),
-            requires_approval=self.config.requires_approval,
-        )
-
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
         """Call one MCP tool; every failure becomes an error result, never an exception."""
-        client, timeout_s = self._client, self.config.timeout_s
+        timeout_s, began = self.config.timeout_s, time.monotonic()
+        if not self._settled.is_set():  # restarting: wait for it, leaving time for the call
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), timeout_s / 2)
+        client, connection = self._client, self._connection
         if client is None:
             return self._unavailable()
+        if not _sendable(arguments):
+            return ToolResult(
+                f"MCP tool {tool!r} was not called: its arguments hold text that is not valid "
+                "Unicode (a lone surrogate escape such as \\ud800)",
+                True,
+            )
+        remaining = timeout_s - (time.monotonic() - began)
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
+            async with asyncio.timeout(remaining):
+                result = await client.call_tool(tool, arguments, read_timeout_seconds=remaining)
         except TimeoutError:
-            return ToolResult(f"MCP tool {tool!r} timed out after {timeout_s:g} s", True)
+            return self._timed_out(tool)
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                return self._lost(exc)
-            if exc.code == REQUEST_TIMEOUT:
-                return ToolResult(f"MCP tool {tool!r} timed out after {timeout_s:g} s", True)
-            return ToolResult(f"MCP server {self.config.name!r} rejected {tool!r}: {exc}", True)
+            return self._failure(tool, exc, connection)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
-            return self._lost(exc)
+            connection.end(f"the connection failed: {describe(exc)}")
+            return self._lost(tool, connection)
         except Exception as exc:  # a bad answer is the model's to react to, not the run's
-            return ToolResult(f"MCP tool {tool!r} failed: {_describe(exc)}", True)
+            return ToolResult(f"MCP tool {tool!r} failed: {describe(exc)}", True)
         return ToolResult(result_text(result), result.is_error)
 
-    def _lost(self, exc: BaseException) -> ToolResult:
-        self._fail(f"connection lost: {_describe(exc)}")
-        self._stop.set()  # let the owner task close the session and reap the process
-        return self._unavailable()
+    def _failure(self, tool: str, exc: MCPError, connection: Connection) -> ToolResult:
+        """An MCPError as the model sees it. The SDK raises its own read timeout while handling
+        the TimeoutError that ended the wait, and its "connection closed" once the stream it
+        reads has ended (which `connection` knows) or while handling a failed write; any
+        other MCPError is the server's own answer."""
+        if isinstance(exc.__context__, TimeoutError):
+            return self._timed_out(tool)
+        write_failed = isinstance(
+            exc.__context__, anyio.ClosedResourceError | anyio.BrokenResourceError
+        )
+        if connection.ended.is_set() or write_failed:
+            connection.end()  # the owner task reconnects
+            return self._lost(tool, connection)
+        return ToolResult(f"MCP tool {tool!r} failed: {exc.message}", True)
+
+    def _lost(self, tool: str, connection: Connection) -> ToolResult:
+        if self._stopping:
+            return self._unavailable()
+        return ToolResult(
+            f"MCP tool {tool!r} failed: {connection.cause or _LOST}; behest is restarting MCP "
+            f"server {self.config.name!r}",
+            True,
+        )
+
+    def _timed_out(self, tool: str) -> ToolResult:
+        return ToolResult(f"MCP tool {tool!r} timed out after {self.config.timeout_s:g} s", True)
 
     def _unavailable(self) -> ToolResult:
-        return ToolResult(f"MCP server {self.config.name!r} is unavailable ({self.status})", True)
+        name = self.config.name
+        if self.status.startswith("restarting: "):
+            waited = self.config.timeout_s / 2
+            return ToolResult(
+                f"MCP server {name!r} is restarting ({self.status.removeprefix('restarting: ')})"
+                f" and was not back within {waited:g} s; try again later",
+                True,
+            )
+        return ToolResult(f"MCP server {name!r} is unavailable ({self.status})", True)
 
 
 async def _list_tools(client: Client) -> list[McpTool]:
@@ -304,42 +339,11 @@ async def _list_tools(client: Client) -> list[McpTool]:
     return tools
 
 
-def result_text(result: CallToolResult) -> str:
-    """A tool result as text: text parts joined, other parts described briefly."""
-    parts: list[str] = []
-    has_text = False
-    for block in result.content:
-        match block:
-            case TextContent():
-                parts.append(block.text)
-                has_text = True
-            case ImageContent():
-                parts.append(f"[image: {block.mime_type}]")
-            case AudioContent():
-                parts.append(f"[audio: {block.mime_type}]")
-            case ResourceLink():
-                parts.append(f"[resource link: {block.uri}]")
-            case EmbeddedResource(resource=TextResourceContents() as resource):
-                parts.append(f"[resource: {resource.uri}]\n{resource.text}")
-                has_text = True
-            case EmbeddedResource(resource=resource):
-                parts.append(f"[resource: {resource.uri} ({resource.mime_type or 'binary'})]")
-            case _:
-                parts.append(f"[{getattr(block, 'type', 'unknown')} content]")
-    if not has_text and result.structured_content is not None:
-        try:
-            bounded_json.check_depth(result.structured_content)
-            structured = json.dumps(result.structured_content, ensure_ascii=False)
-        except (bounded_json.JsonRefused, ValueError) as exc:
-            structured = f"[structured content that {exc}]"
-        parts.insert(0, structured)
-    return "\n".join(parts)
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for an exception, looking through anyio's single-member exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
-        return "the server closed the connection (did it exit? see its stderr)"
-    return describe(exc)
+def _sendable(arguments: dict[str, Any]) -> bool:
+    """Whether the arguments can go out as UTF-8: a lone surrogate (which JSON may escape)
+    would fail the transport's writer and with it the connection and every call on it."""
+    try:
+        json.dumps(arguments, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True

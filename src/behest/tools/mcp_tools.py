@@ -1,0 +1,109 @@
+"""An MCP server's tools as behest Tools, and their answers as the text a model sees."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from mcp.types import (
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+from mcp.types import Tool as McpTool
+
+from behest import bounded_json
+from behest.tools.base import FunctionTool, Tool, ToolResult
+from behest.tools.mcp_config import McpServerConfig
+
+log = logging.getLogger("behest.tools.mcp")
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+Call = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
+
+
+def make_tools(config: McpServerConfig, listed: list[McpTool], call: Call) -> list[Tool]:
+    """The server's listed tools, named `<server>__<tool>`; `call(tool, arguments)` runs one.
+    A tool with an invalid schema or a name taken already is logged and left out."""
+    tools: list[Tool] = []
+    seen: set[str] = set()
+    for mcp_tool in listed:
+        name = f"{config.name}__{_UNSAFE_NAME_CHARS.sub('_', mcp_tool.name)}"
+        try:
+            Draft202012Validator.check_schema(mcp_tool.input_schema)
+        except SchemaError as exc:
+            problem = f"invalid input schema: {exc.message}"
+        else:
+            problem = "duplicate name" if name in seen else ""
+        if problem:
+            log.warning(
+                f"MCP server {config.name!r}: skipping tool {mcp_tool.name!r}: {problem}",
+                extra={"mcp_server": config.name, "tool": mcp_tool.name},
+            )
+            continue
+        seen.add(name)
+        tools.append(_make_tool(config, name, mcp_tool, call))
+    return tools
+
+
+def _make_tool(config: McpServerConfig, name: str, mcp_tool: McpTool, call: Call) -> Tool:
+    hints = mcp_tool.annotations
+    read_only = bool(hints and hints.read_only_hint)
+    description = (mcp_tool.description or mcp_tool.title or mcp_tool.name).strip()
+
+    async def function(arguments: dict[str, Any]) -> ToolResult:
+        return await call(mcp_tool.name, arguments)
+
+    return FunctionTool(
+        name=name,
+        description=f"{description}\n\n(Tool {mcp_tool.name!r} of MCP server {config.name!r}.)",
+        parameters_schema=mcp_tool.input_schema,
+        function=function,
+        timeout_s=config.timeout_s,
+        read_only=read_only,
+        concurrency_safe=read_only,
+        idempotent=bool(hints and hints.idempotent_hint),
+        requires_approval=config.requires_approval,
+    )
+
+
+def result_text(result: CallToolResult) -> str:
+    """A tool result as text: text parts joined, other parts described briefly."""
+    parts: list[str] = []
+    has_text = False
+    for block in result.content:
+        match block:
+            case TextContent():
+                parts.append(block.text)
+                has_text = True
+            case ImageContent():
+                parts.append(f"[image: {block.mime_type}]")
+            case AudioContent():
+                parts.append(f"[audio: {block.mime_type}]")
+            case ResourceLink():
+                parts.append(f"[resource link: {block.uri}]")
+            case EmbeddedResource(resource=TextResourceContents() as resource):
+                parts.append(f"[resource: {resource.uri}]\n{resource.text}")
+                has_text = True
+            case EmbeddedResource(resource=resource):
+                parts.append(f"[resource: {resource.uri} ({resource.mime_type or 'binary'})]")
+            case _:
+                parts.append(f"[{getattr(block, 'type', 'unknown')} content]")
+    if not has_text and result.structured_content is not None:
+        try:
+            bounded_json.check_depth(result.structured_content)
+            structured = json.dumps(result.structured_content, ensure_ascii=False)
+        except (bounded_json.JsonRefused, ValueError) as exc:
+            structured = f"[structured content that {exc}]"
+        parts.insert(0, structured)
+    return "\n".join(parts)
