@@ -107,6 +107,11 @@ TEXT = "steady load " * 400
 STEADY = script({"tool_calls": [CALC]}, {"text": TEXT, "deltas": 8})
 
 
+# A WAL that holds no frame: none, or its header alone (a writer that began a new WAL after
+# the checkpoint's truncation and has not written a frame yet).
+WAL_HEADER_BYTES = 32
+
+
 def checkpoint(path: Path) -> bool:
     """One WAL checkpoint (TRUNCATE) through a connection of our own; False if busy."""
     conn = sqlite3.connect(path, timeout=1)
@@ -157,7 +162,7 @@ async def test_the_sqlite_file_stops_growing_under_a_steady_load(tmp_path: Path)
             await one_round(server)
             size, wal = await checkpointed_size(path)
             sizes.append(size)
-            assert wal == 0
+            assert wal <= WAL_HEADER_BYTES  # no frame left outside the main file
         listed = await server.runs.ListRuns(pb.ListRunsRequest())
     finally:
         await stop_server(server)
