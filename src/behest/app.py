@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
-from behest import event_loop, logs, telemetry
+from behest import event_loop
 from behest.api.admission import Admission
 from behest.api.auth import Authenticator, metrics_guard
 from behest.api.content import ContentLimits
 from behest.api.server import ApiServer
+from behest.api.tenancy import Tenancy
 from behest.config import Settings
 from behest.errors import FailedPrecondition
 from behest.events.log import EventLog
+from behest.observability import logs, telemetry
 from behest.providers.factory import build_registry
-from behest.retention import Retention
 from behest.runs.budget import DailyCaps
 from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
@@ -31,19 +33,19 @@ from behest.runs.executor import Executor
 from behest.runs.leases import this_process
 from behest.runs.loop import LoopLimits, SpendLimits
 from behest.runs.operations import Operations
+from behest.runs.retention import Retention
 from behest.runs.sub_runs import SubRunLimits, SubRuns
 from behest.runs.waiting import WaitPolicy
 from behest.store.sql.channel import Channel
 from behest.store.sql.sqlite_lock import sqlite_lock
 from behest.store.sql.store import SqlStore
-from behest.tenancy import Tenancy
 from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
 from behest.tools.plugins import plugin_tools
 from behest.tools.registry import MCP, PLUGIN, ToolRegistry
 
 if TYPE_CHECKING:
-    from behest.metrics_endpoint import Security
+    from behest.observability.metrics_endpoint import Security
     from behest.web.app import WebServer
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class App:
         self.settings = settings
         # One identity per process; SQLite has one writer: its database is locked while served.
         self.node = this_process(settings.node_id)
-        self.telemetry = telemetry.Telemetry.from_settings(settings, instance=self.node.name)
+        self.telemetry = _telemetry(settings, instance=self.node.name)
         url = settings.effective_database_url
         self.store = SqlStore(
             url,
@@ -244,7 +246,7 @@ class App:
     def _metrics_security(self) -> Security:
         """The Prometheus endpoint's protection: the server's TLS (client certificates with
         mtls) and, with bearer tokens, a token of a caller with the metrics role."""
-        from behest.metrics_endpoint import Security
+        from behest.observability.metrics_endpoint import Security
 
         settings = self.settings
         tls, auth = settings.tls, settings.auth
@@ -305,3 +307,16 @@ async def _serve(settings: Settings) -> str:
     finally:
         await app.stop()
     return ""
+
+
+def _telemetry(settings: Settings, *, instance: str) -> telemetry.Telemetry:
+    """The Telemetry the settings (and the process's OTEL_* environment) ask for;
+    `instance`: this process's node name (service.instance.id)."""
+    exporting = telemetry.Exporting(
+        otlp_endpoint=settings.otlp_endpoint,
+        otlp_protocol=settings.otlp_protocol,
+        metrics_listen=settings.metrics_listen,
+        trace_content=settings.trace_content,
+        instance=instance or settings.node_id,
+    )
+    return telemetry.Telemetry(exporting, os.environ)

@@ -176,7 +176,7 @@ def _runs_events(args: argparse.Namespace, client: ClientFactory) -> int:
 
 
 def _runs_prune(args: argparse.Namespace) -> int:
-    from behest.retention import prune_from_cli  # lazily: it needs the store, not a server
+    from behest.runs.retention import prune_from_cli  # lazily: it needs the store, not a server
 
     try:
         settings = Settings.load(config_file=args.config, data_dir=args.data_dir)

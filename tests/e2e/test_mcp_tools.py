@@ -25,7 +25,6 @@ from mcp.types import (
 )
 
 from behest.domain.messages import ToolCall
-from behest.providers.retry import RetryPolicy
 from behest.tools import mcp
 from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp import McpServerConfig, McpToolSource, result_text
@@ -277,7 +276,8 @@ async def test_a_call_over_streamable_http(start: Start, http_echo_url: str) -> 
 async def test_a_dead_http_server_is_given_up_on_after_a_few_restarts(
     start: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mcp, "RESTARTS", RetryPolicy(max_attempts=2, backoff_initial_s=0.01))
+    monkeypatch.setattr(mcp, "RESTARTS", 2)
+    monkeypatch.setattr(mcp, "RESTART_FIRST_S", 0.01)
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(ECHO_SERVER), "--http", stdout=asyncio.subprocess.PIPE
     )

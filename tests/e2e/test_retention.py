@@ -15,7 +15,7 @@ import pytest
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
-from behest.retention import cutoff, prune_from_cli
+from behest.runs.retention import cutoff, prune_from_cli
 from tests.support import (
     Server,
     collect,

@@ -45,10 +45,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from behest import telemetry
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from behest.observability import telemetry
 from tests.certs import CertificateAuthority
 from tests.fakes import anthropic_fake as anthropic
 from tests.fakes import openai_fake as openai

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.app import App
-from behest.telemetry import Exporting, Telemetry
+from behest.observability.telemetry import Exporting, Telemetry
 from tests.otlp_receiver import OtlpReceiver, attributes
 from tests.support import Server, collect, create_request, fast_settings, kind, start_server
 

@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 from behest.domain.compaction import CircuitBreakerState
 from behest.domain.events import Event, Payload, RunStarted
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import TokenUsage
 from behest.runs import start
 from behest.store.base import AppendEvent, NewRun, Store, UpdateRun, Write
 

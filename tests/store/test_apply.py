@@ -7,7 +7,8 @@ from sqlalchemy.exc import IntegrityError
 
 from behest.domain.events import RunCompleted, TextDelta
 from behest.domain.messages import Role
-from behest.domain.runs import FinishReason, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.spend import TokenUsage
 from behest.store.base import AppendEvent, AppendMessage, DeleteSnapshot, PutSnapshot
 from behest.store.sql.store import SqlStore
 from tests.store.helpers import (

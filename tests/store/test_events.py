@@ -9,8 +9,8 @@ from decimal import Decimal
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, RunStatus, TokenUsage
-from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
+from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
 from behest.store.base import AppendEvent
 from behest.store.sql.store import SqlStore

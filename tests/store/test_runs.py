@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from behest.domain.runs import FinishReason, Run, RunRequest, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, Run, RunRequest, RunStatus
+from behest.domain.spend import TokenUsage
 from behest.errors import Aborted, NotFound
 from behest.store.sql.store import SqlStore
 from tests.store.conftest import OpenStore

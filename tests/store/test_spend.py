@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from behest.domain.runs import Run, RunRequest, RunStatus, TokenUsage
-from behest.domain.spend import DailyUsage, FailureCode, Money, RunBudget
+from behest.domain.runs import Run, RunRequest, RunStatus
+from behest.domain.spend import DailyUsage, FailureCode, Money, RunBudget, TokenUsage
 from behest.errors import InvalidArgument
 from behest.store.base import PutSnapshot, UpdateRun
 from behest.store.sql.store import SqlStore

@@ -22,8 +22,9 @@ from anthropic.types import (
     RawMessageStopEvent,
 )
 
-from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.messages import Message, Role, ToolCall, ToolDefinition
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
@@ -51,7 +52,6 @@ from behest.providers.base import (
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
-    ToolDefinition,
 )
 from behest.providers.config import CACHE_BREAKPOINTS, ProviderConfig
 from tests.fakes.anthropic_fake import message_object

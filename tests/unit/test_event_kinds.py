@@ -11,8 +11,9 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.client import TERMINAL_KINDS
 from behest.domain import events as ev
-from behest.domain.runs import FinishReason, TokenUsage
-from behest.events import codec
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
+from behest.store.sql import codec
 from behest.store.sql.store import SqlStore
 from tests.support import sqlite_at_revision
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
 from behest.errors import (
     ContextOverflowError,
     InvalidArgument,

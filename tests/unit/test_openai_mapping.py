@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.messages import Message, Role, ToolCall, ToolDefinition
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
@@ -28,7 +29,6 @@ from behest.providers.base import (
     TextChunk,
     ToolCallArguments,
     ToolCallBegin,
-    ToolDefinition,
 )
 from behest.providers.config import ProviderConfig
 from behest.providers.openai import (

@@ -11,8 +11,7 @@ import pytest
 
 from behest.config import Settings
 from behest.domain.content import ContentPart, PartKind
-from behest.domain.runs import TokenUsage
-from behest.domain.spend import Money, Prices
+from behest.domain.spend import Money, Prices, TokenUsage
 from behest.providers.config import ModelInfo, ProviderConfig, parse_providers
 from behest.providers.factory import build_registry
 from behest.providers.retry import RetryPolicy

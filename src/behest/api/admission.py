@@ -16,8 +16,8 @@ from google.protobuf.message import Message
 
 from behest.api.content import DEFAULT_LIMITS, ContentLimits
 from behest.api.requests import RequestLimits
+from behest.api.tenancy import Tenancy
 from behest.errors import ResourceExhausted
-from behest.tenancy import Tenancy
 
 
 @dataclass(slots=True)

@@ -22,10 +22,10 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, ToolCall
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import FinishReason, Reasoning, Run, RunOutput, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, Reasoning, Run, RunOutput, RunStatus
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import Money, RunBudget, UsageReport
+from behest.domain.spend import Money, RunBudget, TokenUsage, UsageReport
 from behest.domain.waits import PendingCall
 
 

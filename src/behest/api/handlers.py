@@ -24,8 +24,8 @@ from behest.api.admission import Admission
 from behest.api.auth import current_caller
 from behest.api.status import status_of
 from behest.errors import BehestError
-from behest.metrics import Attributes, Metrics
-from behest.telemetry import (
+from behest.observability.metrics import Attributes, Metrics
+from behest.observability.telemetry import (
     context_from_traceparent,
     current,
     current_trace_ids,

@@ -20,8 +20,8 @@ from behest.api.requests import (
     uuid_field,
 )
 from behest.domain.waits import WaitKind
+from behest.observability.telemetry import traceparent_in
 from behest.runs.operations import Operations
-from behest.telemetry import traceparent_in
 
 
 def traceparent(context: grpc.aio.ServicerContext) -> str:

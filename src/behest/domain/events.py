@@ -7,8 +7,8 @@ from datetime import datetime
 
 from behest.domain.content import ContentPart
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, RunStatus, TokenUsage
-from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
+from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
 
 

@@ -51,3 +51,12 @@ class Message:
     # A user message given as content parts (text, images, files), in order; `text` is then
     # its text parts joined. () for a plain text message.
     parts: tuple[ContentPart, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A tool as offered to a model."""
+
+    name: str
+    description: str
+    parameters_schema: dict[str, object]

@@ -12,7 +12,7 @@ from behest.domain.callers import DEFAULT_TENANT
 from behest.domain.content import ContentPart
 from behest.domain.messages import Message
 from behest.domain.output import ResponseFormat
-from behest.domain.spend import MILLION, CancelSource, FailureCode, Money, Prices, RunBudget
+from behest.domain.spend import CancelSource, FailureCode, Money, RunBudget, TokenUsage
 from behest.domain.waits import WaitOptions
 
 
@@ -54,49 +54,6 @@ class ToolChoice(enum.StrEnum):
     AUTO = "auto"
     NONE = "none"
     REQUIRED = "required"
-
-
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """Tokens of one model call or of a whole run. `input_tokens` are those read neither from
-    nor into the provider's prompt cache; cached reads and cache writes are counted apart."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    # Output tokens spent reasoning, as the provider reports them: part of output_tokens.
-    reasoning_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cached_input_tokens
-            + self.cache_write_tokens
-        )
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
-        )
-
-    def cost(self, prices: Prices) -> Money:
-        """What these tokens cost at `prices` (exact)."""
-        cached = prices.input if prices.cached_input is None else prices.cached_input
-        write = prices.input if prices.cache_write is None else prices.cache_write
-        amount = (
-            self.input_tokens * prices.input
-            + self.output_tokens * prices.output
-            + self.cached_input_tokens * cached
-            + self.cache_write_tokens * write
-        ) / MILLION
-        return Money(amount, prices.currency)
 
 
 EFFORTS = ("low", "medium", "high")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from behest.domain.runs import FinishReason, RunStatus, TokenUsage
-from behest.domain.spend import Money
+from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.spend import Money, TokenUsage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,10 +9,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from behest.domain.runs import TokenUsage
 
 MILLION = Decimal(1_000_000)
 # The largest amount of money behest takes from a client or the settings (budgets, caps).
@@ -96,6 +92,49 @@ class Prices:
     cached_input: Decimal | None = None  # default: the input price
     cache_write: Decimal | None = None  # default: the input price
     currency: str = "USD"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """Tokens of one model call or of a whole run. `input_tokens` are those read neither from
+    nor into the provider's prompt cache; cached reads and cache writes are counted apart."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    # Output tokens spent reasoning, as the provider reports them: part of output_tokens.
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cached_input_tokens
+            + self.cache_write_tokens
+        )
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def cost(self, prices: Prices) -> Money:
+        """What these tokens cost at `prices` (exact)."""
+        cached = prices.input if prices.cached_input is None else prices.cached_input
+        write = prices.input if prices.cache_write is None else prices.cache_write
+        amount = (
+            self.input_tokens * prices.input
+            + self.output_tokens * prices.output
+            + self.cached_input_tokens * cached
+            + self.cache_write_tokens * write
+        ) / MILLION
+        return Money(amount, prices.currency)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

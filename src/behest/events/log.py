@@ -23,9 +23,9 @@ from behest.events.health import WriteHealth
 from behest.events.notify import Notifier
 from behest.events.run_log import RunLog
 from behest.events.tail import RecentEvents
-from behest.metrics import Metrics
+from behest.observability.metrics import Metrics
+from behest.observability.telemetry import current
 from behest.store.base import AppendEvent, BatchResult, NewRun, Store, Write
-from behest.telemetry import current
 
 log = logging.getLogger(__name__)
 

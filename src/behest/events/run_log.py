@@ -8,22 +8,29 @@ import asyncio
 import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from behest.domain.events import Event, Payload
 from behest.domain.spend import FailureCode
 from behest.errors import Fenced, RunStopped, StorageFault
+from behest.observability.telemetry import current_trace_ids
 from behest.store.base import AppendEvent, Fence, Store, Write
-from behest.telemetry import current_trace_ids
 
-if TYPE_CHECKING:
-    from behest.events.log import EventLog
+
+class Steps(Protocol):
+    """Where a run's steps go: the event log (events/log.py EventLog)."""
+
+    async def submit(self, writes: list[Write], events: list[Event]) -> asyncio.Future[None]: ...
+
+    async def flush(self) -> None: ...
+
+    def mend(self, run_id: str) -> None: ...
 
 
 class RunLog:
     """Numbers one run's events and queues them with the state writes of their step."""
 
-    def __init__(self, log: EventLog, run_id: str, last_sequence: int, generation: int) -> None:
+    def __init__(self, log: Steps, run_id: str, last_sequence: int, generation: int) -> None:
         self._log = log
         self.run_id = run_id
         self.last_sequence = last_sequence

@@ -77,7 +77,8 @@ from behest import bounded_json
 from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, Role
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import MIN_THINKING_BUDGET, FinishReason, TokenUsage
+from behest.domain.runs import MIN_THINKING_BUDGET, FinishReason
+from behest.domain.spend import TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,

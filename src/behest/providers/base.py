@@ -6,18 +6,10 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from behest.domain.messages import Message
+from behest.domain.messages import Message, ToolDefinition
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import FinishReason, Reasoning, TokenUsage
-
-
-@dataclass(frozen=True, slots=True)
-class ToolDefinition:
-    """A tool as offered to a model."""
-
-    name: str
-    description: str
-    parameters_schema: dict[str, object]
+from behest.domain.runs import FinishReason, Reasoning
+from behest.domain.spend import TokenUsage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,7 +53,8 @@ from dataclasses import dataclass, field, replace
 from behest import bounded_json
 from behest.domain.content import PartKind, digest_of
 from behest.domain.messages import Message, Role
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
 from behest.errors import (
     ContextOverflowError,
     InvalidArgument,

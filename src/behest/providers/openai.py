@@ -41,7 +41,8 @@ from openai.types.chat import ChatCompletionChunk
 
 from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import Message, Role
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
 from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,

@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from behest.backoff import backoff_s
 from behest.errors import ProviderError, TransientProviderError
-from behest.telemetry import current
 
 T = TypeVar("T")
 
@@ -37,8 +37,9 @@ class RetryPolicy:
 
     def backoff_s(self, attempt: int, *, rng: random.Random | None = None) -> float:
         """The wait after failed attempt number `attempt` (1-based): full jitter."""
-        ceiling = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (attempt - 1))
-        return (rng or random).uniform(0.0, ceiling)
+        return backoff_s(
+            attempt, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, rng=rng
+        )
 
     def delay_after(self, error: TransientProviderError, attempt: int) -> float:
         """How long to wait before the next attempt; raises the error to give up."""
@@ -62,14 +63,16 @@ async def with_retries(
     policy: RetryPolicy,
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    retried: Callable[[TransientProviderError], None] = lambda error: None,
 ) -> T:
-    """`attempt(n)` for n = 1, 2, … until it returns, retrying TransientProviderError."""
+    """`attempt(n)` for n = 1, 2, … until it returns, retrying TransientProviderError;
+    `retried(error)` counts each retry (the caller's metrics)."""
     for number in itertools.count(1):
         try:
             return await attempt(number)
         except TransientProviderError as exc:
             delay = policy.delay_after(exc, number)
-            current().metrics.retried(exc.provider, type(exc).__name__)
+            retried(exc)
             await sleep(delay)
     raise AssertionError("unreachable")
 

@@ -17,10 +17,10 @@ from behest.domain.messages import Message, Role
 from behest.domain.runs import Run
 from behest.errors import ProviderError
 from behest.events.run_log import RunLog
+from behest.observability.telemetry import current
 from behest.runs import compaction
 from behest.runs.summariser import Summary
 from behest.store.base import AppendMessage, ClearToolResults, Store, Write
-from behest.telemetry import current
 
 Summarise = Callable[[Sequence[Message]], Awaitable[Summary]]
 

@@ -17,9 +17,9 @@ from opentelemetry import trace
 from behest.domain.runs import CreatedRun, Run, RunRequest
 from behest.errors import StorageFault, Unavailable
 from behest.events.log import CommitUncertain, EventLog
+from behest.observability.telemetry import traceparent_of
 from behest.runs.start import first_step
 from behest.store.base import NewRun, Store, Write
-from behest.telemetry import traceparent_of
 
 log = logging.getLogger(__name__)
 

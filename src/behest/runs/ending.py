@@ -13,10 +13,11 @@ import itertools
 import logging
 from dataclasses import dataclass
 
+from behest.backoff import backoff_s
 from behest.domain import events as ev
 from behest.domain.messages import Message
-from behest.domain.runs import Cancel, FinishReason, Run, RunStatus, TokenUsage
-from behest.domain.spend import FailureCode, Money
+from behest.domain.runs import Cancel, FinishReason, Run, RunStatus
+from behest.domain.spend import FailureCode, Money, TokenUsage
 from behest.errors import (
     BehestError,
     ContextOverflowError,
@@ -33,14 +34,15 @@ from behest.errors import (
 )
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
+from behest.observability.telemetry import context_from_traceparent, tracer
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
 from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun
-from behest.telemetry import context_from_traceparent, tracer
 
 log = logging.getLogger(__name__)
 
-# The longest wait between tries to store a run's end.
+# The waits between tries to store a run's end (backoff.py): the first at most, the longest.
+END_RETRY_FIRST_S = 0.1
 END_RETRY_MAX_S = 5.0
 
 
@@ -155,7 +157,7 @@ class RunEnder:
                 raise  # another node holds the run now: its end is that node's to write
             except Exception:
                 messages = None
-                delay = min(END_RETRY_MAX_S, 0.05 * 2**attempt)
+                delay = backoff_s(attempt, initial_s=END_RETRY_FIRST_S, max_s=END_RETRY_MAX_S)
                 log.warning(
                     "run %s: storing its end failed (try %d); trying again in %.2f s",
                     run.id,

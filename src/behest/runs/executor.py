@@ -32,6 +32,13 @@ from behest.errors import (
 )
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
+from behest.observability.telemetry import (
+    Telemetry,
+    bind,
+    context_from_traceparent,
+    current,
+    current_trace_ids,
+)
 from behest.runs.builder import LoopBuilder
 from behest.runs.cancelling import CANCEL_WAIT_S, Cancelling
 from behest.runs.creation import commit_creation, new_run
@@ -42,13 +49,6 @@ from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
 from behest.runs.waiting import Waiting
 from behest.store.base import AppendMessage, NewRun, NodeRecord, Renewal, Store
-from behest.telemetry import (
-    Telemetry,
-    bind,
-    context_from_traceparent,
-    current,
-    current_trace_ids,
-)
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Container, Iterable
 from datetime import UTC, datetime, timedelta
 
 from behest.domain.runs import Run
-from behest.metrics import Metrics
+from behest.observability.metrics import Metrics
 from behest.store.base import NodeRecord, Renewal, Store
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from opentelemetry.trace import Span
 
 from behest.domain import events as ev
-from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage, ToolChoice
+from behest.domain.messages import Message, Role, ToolCall, ToolDefinition
+from behest.domain.runs import FinishReason, Run, RunStatus, ToolChoice
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import FailureCode, RunBudget
+from behest.domain.spend import FailureCode, RunBudget, TokenUsage
 from behest.errors import ContextOverflowError, RunStopped, TransientProviderError, quote
 from behest.events.run_log import RunLog
-from behest.metrics import ModelCall
-from behest.providers.base import ModelRequest, Provider, ToolDefinition
+from behest.observability.metrics import ModelCall
+from behest.observability.telemetry import current, messages_content, output_content, span
+from behest.providers.base import ModelRequest, Provider
 from behest.providers.config import ProviderConfig
 from behest.providers.guard import guarded_stream
 from behest.providers.retry import reason, with_retries
@@ -39,7 +40,6 @@ from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn, TurnAssembler
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
 from behest.store.base import AppendMessage, SetRunOutput, Store
-from behest.telemetry import current, messages_content, output_content, span
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
@@ -319,7 +319,7 @@ class AgentLoop:
         overflowed = False
         while True:
             try:
-                return await with_retries(self._attempt, self._retry)
+                return await with_retries(self._attempt, self._retry, retried=self._retried)
             except ContextOverflowError as exc:
                 if overflowed or self._compactor is None:
                     raise
@@ -333,6 +333,9 @@ class AgentLoop:
                         exc.provider, f"{reason(exc)}; compacting the context failed"
                     ) from exc
                 self.progress.adopt(compacted)
+
+    def _retried(self, error: TransientProviderError) -> None:
+        self._metrics.retried(error.provider, type(error).__name__)
 
     async def _count_summaries(self) -> None:
         """Compaction's summary calls count like the run's own: usage, cost, budgets."""

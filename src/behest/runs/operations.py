@@ -19,18 +19,10 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.content import ContentPart
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role
-from behest.domain.runs import (
-    Cancel,
-    CreatedRun,
-    Run,
-    RunOutput,
-    RunRequest,
-    RunStatus,
-    TokenUsage,
-)
+from behest.domain.runs import Cancel, CreatedRun, Run, RunOutput, RunRequest, RunStatus
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import Money, UsageReport
+from behest.domain.spend import Money, TokenUsage, UsageReport
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, quote
 from behest.events.log import EventLog

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from behest.domain.messages import Message, Role
-from behest.domain.runs import FinishReason, Run, RunStatus, TokenUsage
+from behest.domain.runs import FinishReason, Run, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import Money, Prices
+from behest.domain.spend import Money, Prices, TokenUsage
 from behest.runs.compactor import Compacted
 from behest.store.base import PutSnapshot, Store, UpdateRun, Write
 

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from behest.domain import events as ev
 from behest.domain.content import ContentPart, joined_text
 from behest.domain.messages import Message, Role
-from behest.domain.runs import Run, RunStatus, TokenUsage
+from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
+from behest.domain.spend import TokenUsage
 from behest.store.base import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 
 

@@ -23,13 +23,12 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 
 from behest.domain import events as ev
-from behest.domain.messages import Role, ToolCall
+from behest.domain.messages import Role, ToolCall, ToolDefinition
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.spend import RunBudget
 from behest.errors import BehestError, InvalidArgument
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
-from behest.providers.base import ToolDefinition
 from behest.runs.stream import follow
 from behest.store.base import Store
 from behest.tools.base import ToolResult

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 
 from behest.domain.compaction import CompactionConfig
 from behest.domain.messages import Message, Role
-from behest.domain.runs import Run, TokenUsage
-from behest.domain.spend import Money
+from behest.domain.runs import Run
+from behest.domain.spend import Money, TokenUsage
+from behest.observability.telemetry import span
 from behest.providers.base import Finished, ModelRequest, TextChunk
 from behest.providers.guard import guarded_stream
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction import SUMMARY_INSTRUCTIONS, render
-from behest.telemetry import span
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import RunStatus
 from behest.events.run_log import RunLog
-from behest.metrics import UNKNOWN_TOOL
+from behest.observability.metrics import UNKNOWN_TOOL
+from behest.observability.telemetry import content, current, mark_error, span
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import AppendMessage
-from behest.telemetry import content, current, mark_error, span
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 

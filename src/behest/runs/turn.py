@@ -14,7 +14,8 @@ from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, TokenUsage
+from behest.domain.runs import FinishReason
+from behest.domain.spend import TokenUsage
 from behest.events.run_log import RunLog
 from behest.providers.base import (
     Delta,

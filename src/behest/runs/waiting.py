@@ -20,11 +20,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from behest.domain import events as ev
-from behest.domain.messages import ToolCall
+from behest.domain.messages import ToolCall, ToolDefinition
 from behest.domain.runs import Run, RunStatus
 from behest.domain.waits import Decision, PendingCall, WaitKind
 from behest.events.run_log import RunLog
-from behest.providers.base import ToolDefinition
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import ExpireCalls, ReleaseRun, RequestInput, Store

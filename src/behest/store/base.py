@@ -10,18 +10,10 @@ from typing import Protocol
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import (
-    Cancel,
-    CreatedRun,
-    FinishReason,
-    Run,
-    RunRequest,
-    RunStatus,
-    TokenUsage,
-)
+from behest.domain.runs import Cancel, CreatedRun, FinishReason, Run, RunRequest, RunStatus
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import DailyUsage, FailureCode, Money
+from behest.domain.spend import DailyUsage, FailureCode, Money, TokenUsage
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import StorageFault
 

@@ -40,8 +40,8 @@ from mcp.types import Implementation
 from mcp.types import Tool as McpTool
 
 from behest import __version__
+from behest.backoff import backoff_s
 from behest.errors import describe
-from behest.providers.retry import RetryPolicy
 from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
 from behest.tools.mcp_tools import make_tools, result_text
@@ -58,7 +58,8 @@ DEFAULT_START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 # Restarts after a lost connection: at most this many in a row, with full-jitter backoff
 # (the project's one backoff); a connection that lasted _STABLE_S starts the count again.
-RESTARTS = RetryPolicy(max_attempts=5, backoff_initial_s=0.5, backoff_max_s=8.0)
+RESTARTS = 5
+RESTART_FIRST_S, RESTART_MAX_S = 0.5, 8.0
 _STABLE_S = 60.0
 _LOST = "the connection to the server was lost"
 
@@ -170,12 +171,15 @@ class _Server:
             if up_since is not None and time.monotonic() - up_since >= _STABLE_S:
                 restarts = 0
             restarts += 1
-            if restarts > RESTARTS.max_attempts:
-                self._fail(f"{cause}; gave up after {RESTARTS.max_attempts} restarts")
+            if restarts > RESTARTS:
+                self._fail(f"{cause}; gave up after {RESTARTS} restarts")
                 return
             self._restarting(cause, restarts, was_up=up_since is not None)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), RESTARTS.backoff_s(restarts))
+                await asyncio.wait_for(
+                    self._stop.wait(),
+                    backoff_s(restarts, initial_s=RESTART_FIRST_S, max_s=RESTART_MAX_S),
+                )
 
     async def _serve(self, connection: Connection, *, list_tools: bool) -> float | None:
         """One connection, from its start (within start_timeout_s) until it ends or behest
@@ -241,7 +245,7 @@ class _Server:
         what = "became unavailable" if was_up else "did not restart"
         log.error(
             f"MCP server {self.config.name!r} ({self.config.transport}) {what}: {cause}; "
-            f"restarting it (attempt {attempt} of {RESTARTS.max_attempts})",
+            f"restarting it (attempt {attempt} of {RESTARTS})",
             extra={"mcp_server": self.config.name, "error": cause},
         )
 

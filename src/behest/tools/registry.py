@@ -10,9 +10,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from behest import bounded_json
-from behest.domain.messages import ToolCall
+from behest.domain.messages import ToolCall, ToolDefinition
 from behest.errors import describe
-from behest.providers.base import ToolDefinition
 from behest.tools.base import Tool, ToolResult
 from behest.tools.output import truncate
 

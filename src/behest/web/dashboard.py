@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from behest.domain.callers import Caller
-from behest.domain.runs import Run, RunStatus, TokenUsage
+from behest.domain.runs import Run, RunStatus
+from behest.domain.spend import TokenUsage
 from behest.runs.operations import Operations
 
 HOURS = 24

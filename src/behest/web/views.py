@@ -16,8 +16,8 @@ from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.messages import Message
-from behest.domain.runs import Run, RunStatus, TokenUsage
-from behest.domain.spend import Money
+from behest.domain.runs import Run, RunStatus
+from behest.domain.spend import Money, TokenUsage
 
 # The longest text a section shows (a tool's output may be a megabyte).
 MAX_SECTION_CHARS = 20_000

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
@@ -39,6 +38,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
 from behest import bounded_json
+from behest.backoff import backoff_s
 from behest.errors import describe
 
 log = logging.getLogger(__name__)
@@ -306,8 +306,7 @@ class Channel:
 
     def _backoff_s(self, streak: int) -> float:
         """Full jitter: uniform up to FIRST_RETRY_S doubled per failure, capped."""
-        ceiling = min(self._retry_max_s, FIRST_RETRY_S * 2 ** min(streak - 1, 30))
-        return random.uniform(0, ceiling)
+        return backoff_s(streak, initial_s=FIRST_RETRY_S, max_s=self._retry_max_s)
 
     def _warn_failure(self, exc: Exception) -> None:
         held = self._failure_warnings.allow()

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from behest.backoff import backoff_s
 from behest.errors import describe
 
 log = logging.getLogger(__name__)
@@ -388,4 +389,4 @@ def _enable_wal(cursor: Any) -> None:
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
                 raise
-            time.sleep(0.005 * (attempt + 1))
+            time.sleep(backoff_s(attempt + 1, initial_s=0.01, max_s=0.1))

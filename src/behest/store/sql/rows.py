@@ -13,11 +13,11 @@ from typing import Any
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import Cancel, FinishReason, Reasoning, Run, RunStatus, TokenUsage
+from behest.domain.runs import Cancel, FinishReason, Reasoning, Run, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import CancelSource, FailureCode, Money, RunBudget
+from behest.domain.spend import CancelSource, FailureCode, Money, RunBudget, TokenUsage
 from behest.domain.waits import Answer, ClientTool, Decision, PendingCall, WaitKind, WaitOptions
-from behest.events import codec
+from behest.store.sql import codec
 
 NO_WAITS = WaitOptions()
 # The columns of NO_WAITS, which nearly every run has: built once, not per creation.

@@ -17,8 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from behest.domain.runs import TokenUsage
-from behest.domain.spend import DailyUsage, Money
+from behest.domain.spend import DailyUsage, Money, TokenUsage
 from behest.errors import InvalidArgument, quote
 from behest.store.sql import tables as t
 

@@ -20,7 +20,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import os
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,13 +39,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from behest import __version__
 from behest.domain.messages import Message, Role, ToolCall
 from behest.errors import BehestError, describe
-from behest.metrics import Metrics
+from behest.observability.metrics import Metrics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from behest.config import Settings
-    from behest.metrics_endpoint import Security
+    from behest.observability.metrics_endpoint import Security
 
 log = logging.getLogger(__name__)
 
@@ -118,19 +116,6 @@ class Telemetry:
         self._started = False
         self._stopped = False
 
-    @classmethod
-    def from_settings(cls, settings: Settings, *, instance: str = "") -> Telemetry:
-        """The Telemetry the settings (and the process's OTEL_* environment) ask for;
-        `instance`: this process's node name (service.instance.id)."""
-        exporting = Exporting(
-            otlp_endpoint=settings.otlp_endpoint,
-            otlp_protocol=settings.otlp_protocol,
-            metrics_listen=settings.metrics_listen,
-            trace_content=settings.trace_content,
-            instance=instance or settings.node_id,
-        )
-        return cls(exporting, os.environ)
-
     @property
     def exports(self) -> bool:
         """Whether anything leaves the process (OTLP or a Prometheus endpoint)."""
@@ -181,7 +166,7 @@ class Telemetry:
         if self._registry is not None:
             listen = self.exporting.metrics_listen
             host, port = _host_port(listen)
-            from behest import metrics_endpoint  # prometheus_client: only when it serves
+            from behest.observability import metrics_endpoint  # prometheus_client: on serving
 
             security = metrics_security or metrics_endpoint.Security()
             try:

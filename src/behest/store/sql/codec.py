@@ -11,8 +11,8 @@ from typing import Any
 from behest.domain import events as ev
 from behest.domain.content import ContentPart, PartKind
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, RunStatus, TokenUsage
-from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money
+from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
 
 

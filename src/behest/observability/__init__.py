@@ -1,0 +1,1 @@
+"""Traces, metrics, the /metrics endpoint and log lines: how behest is observed."""
