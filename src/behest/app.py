@@ -67,16 +67,10 @@ class App:
             busy_timeout_s=settings.sqlite_busy_timeout_s,
         )
         self.database_lock = sqlite_lock(url)
-        self.tools = ToolRegistry(
-            builtin_tools(read_file_root=settings.read_file_root),
-            approval_required=settings.approval_required_tools,
-        )
+        self.tools = _tools(settings)
         self.mcp = mcp_tool_source(
             settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s
         )
-        if settings.load_tool_plugins:
-            for tool in plugin_tools():
-                self.tools.add(tool, source=PLUGIN)
         self.event_log = EventLog(
             self.store,
             batch_max=settings.commit_batch_max,
@@ -92,16 +86,7 @@ class App:
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
         self.executor = self._executor(settings, compaction_settings)
-        # Replicas on PostgreSQL hear of each other's commits and cancels (LISTEN/NOTIFY).
-        self.channel = None
-        if make_url(url).get_backend_name() == "postgresql":
-            self.channel = Channel(
-                url,
-                node=self.node.name,
-                on_events=self.event_log.remote_commits,
-                on_signal=self._signalled,
-                on_state=self.event_log.remote_state,
-            )
+        self.channel = self._channel(url)
         self.runs = Operations(
             store=self.store,
             event_log=self.event_log,
@@ -112,6 +97,31 @@ class App:
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
         )
+        self._edges(settings)
+        self.retention = Retention(
+            self.store,
+            days=settings.retention_days,
+            interval_s=settings.retention_interval_s,
+            batch=settings.retention_batch,
+        )
+        self._started = False
+        self._stopped = False
+
+    def _channel(self, url: str) -> Channel | None:
+        """Replicas on PostgreSQL hear of each other's commits and cancels (LISTEN/NOTIFY)."""
+        if make_url(url).get_backend_name() != "postgresql":
+            return None
+        return Channel(
+            url,
+            node=self.node.name,
+            on_events=self.event_log.remote_commits,
+            on_signal=self._signalled,
+            on_state=self.event_log.remote_state,
+        )
+
+    def _edges(self, settings: Settings) -> None:
+        """The doors: admission, the gRPC server (whose health follows the database's
+        writes) and, when http_listen is set, the run inspector (web/)."""
         self.admission = Admission(
             self.tenancy,
             max_request_id_bytes=settings.max_request_id_bytes,
@@ -131,7 +141,6 @@ class App:
             max_receive_message_bytes=settings.max_receive_message_bytes,
         )
         self.event_log.health.on_change(self.server.writes_land)
-        # The run inspector (web/), on its own port when http_listen is set.
         self.web: WebServer | None = None
         if settings.http_listen:
             from behest.web.app import WebServer  # only when on: Starlette, uvicorn, Jinja2
@@ -143,14 +152,6 @@ class App:
                 tls=settings.tls,
                 open_streams=self.admission.open_streams,
             )
-        self.retention = Retention(
-            self.store,
-            days=settings.retention_days,
-            interval_s=settings.retention_interval_s,
-            batch=settings.retention_batch,
-        )
-        self._started = False
-        self._stopped = False
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:
         sub_runs = SubRuns(
@@ -307,6 +308,18 @@ async def _serve(settings: Settings) -> str:
     finally:
         await app.stop()
     return ""
+
+
+def _tools(settings: Settings) -> ToolRegistry:
+    """The built-in tools and, when allowed, the installed plugins' (MCP tools join at start)."""
+    tools = ToolRegistry(
+        builtin_tools(read_file_root=settings.read_file_root),
+        approval_required=settings.approval_required_tools,
+    )
+    if settings.load_tool_plugins:
+        for tool in plugin_tools():
+            tools.add(tool, source=PLUGIN)
+    return tools
 
 
 def _telemetry(settings: Settings, *, instance: str) -> telemetry.Telemetry:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -16,8 +14,8 @@ from jsonschema.exceptions import SchemaError
 from behest import bounded_json
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
-from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.api.content import DEFAULT_LIMITS, ContentLimits, content_parts
+from behest.api.fields import bounded, uuid_field
 from behest.domain.content import ContentPart
 from behest.domain.output import DEFAULT_NAME, ResponseFormat, remote_refs
 from behest.domain.runs import (
@@ -25,16 +23,13 @@ from behest.domain.runs import (
     MIN_THINKING_BUDGET,
     Reasoning,
     RunRequest,
-    RunStatus,
     ToolChoice,
 )
 from behest.domain.spend import MAX_AMOUNT, RunBudget, parse_amount
-from behest.domain.waits import Answer, ClientTool, Decision, WaitOptions
+from behest.domain.waits import ClientTool, WaitOptions
 from behest.errors import InvalidArgument, quote
 from behest.runs.sub_runs import SPAWN_TOOL
 
-LIST_LIMIT_DEFAULT = 100
-LIST_LIMIT_MAX = 100
 MAX_TOOLS = 128
 MAX_ITERATIONS = 1000
 # Client tools of one run, the size of one's schema and description, its name's form (what
@@ -43,11 +38,6 @@ MAX_CLIENT_TOOLS = 64
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DESCRIPTION_BYTES = 4 * 1024
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# Answers of one SubmitApprovals / SubmitToolResults, and their sizes.
-MAX_ANSWERS = 256
-MAX_CALL_ID_BYTES = 200
-MAX_REASON_BYTES = 4 * 1024
-MAX_RESULT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,16 +50,6 @@ class RequestLimits:
     # The longest wait a run may ask for (approval_timeout_s, client_tool_timeout_s).
     max_wait_s: int = 30 * 86_400
     content: ContentLimits = DEFAULT_LIMITS
-
-
-def uuid_field(value: str, field: str) -> str:
-    """The value if it is a UUID (any case, canonical lowercase form returned)."""
-    if not value:
-        raise InvalidArgument(f"{field} is required")
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise InvalidArgument(f"{field} must be a UUID, got {quote(value)}") from None
 
 
 class Offer(Protocol):
@@ -104,7 +84,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
         raise InvalidArgument("model is required")
     if not request.input.strip() and not request.content:
         raise InvalidArgument("input must not be empty (or give content parts)")
-    _bounded(request.input, "input", limits.max_input_bytes)
+    bounded(request.input, "input", limits.max_input_bytes)
     content = content_parts(
         request.content, limits.content, input_bytes=len(request.input.encode())
     )
@@ -153,8 +133,8 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
 
 def _check_fields(request: pb.CreateRunRequest, limits: RequestLimits) -> None:
     """The request's own fields: metadata, ids, instructions, tools, max_iterations."""
-    _bounded(request.metadata, "metadata", limits.max_metadata_bytes)
-    _bounded(request.client_request_id, "client_request_id", limits.max_request_id_bytes)
+    bounded(request.metadata, "metadata", limits.max_metadata_bytes)
+    bounded(request.client_request_id, "client_request_id", limits.max_request_id_bytes)
     if request.metadata:
         try:
             parsed = bounded_json.parse(request.metadata, max_bytes=limits.max_metadata_bytes)
@@ -162,7 +142,7 @@ def _check_fields(request: pb.CreateRunRequest, limits: RequestLimits) -> None:
             raise InvalidArgument(f"metadata must be a JSON object; it {exc}") from None
         if not isinstance(parsed, dict):
             raise InvalidArgument("metadata must be a JSON object (or empty)")
-    _bounded(request.instructions, "instructions", limits.max_input_bytes)
+    bounded(request.instructions, "instructions", limits.max_input_bytes)
     if len(request.tools) > MAX_TOOLS or any(not name.strip() for name in request.tools):
         raise InvalidArgument(f"tools must be at most {MAX_TOOLS} non-empty tool names")
     if len(set(request.tools)) != len(request.tools):
@@ -238,40 +218,6 @@ def run_response_format(value: pb.ResponseFormat, taken: Sequence[str]) -> Respo
     return ResponseFormat(name, schema)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunQuery:
-    session_id: str | None
-    status: RunStatus | None
-    limit: int
-    offset: int
-
-
-def run_query(request: pb.ListRunsRequest) -> RunQuery:
-    """Validate ListRuns filters and pagination (limit defaults to 100, at most 100)."""
-    limit = request.pagination.limit or LIST_LIMIT_DEFAULT
-    if limit > LIST_LIMIT_MAX:
-        raise InvalidArgument(f"pagination.limit must be at most {LIST_LIMIT_MAX}, got {limit}")
-    status: RunStatus | None = None
-    if request.status:
-        try:
-            status = RunStatus(request.status)
-        except ValueError:
-            raise InvalidArgument(f"status {request.status} is not a RunStatus value") from None
-    session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
-    return RunQuery(
-        session_id=session_id, status=status, limit=limit, offset=request.pagination.offset
-    )
-
-
-def _bounded(value: str, field: str, limit: int) -> None:
-    size = len(value.encode())
-    if size > limit:
-        raise InvalidArgument(f"{field} is {size} bytes; the limit is {limit} bytes")
-    if "\x00" in value:
-        # Text is stored as text (PostgreSQL cannot hold NUL), and no model wants one.
-        raise InvalidArgument(f"{field} contains a NUL character (\\u0000)")
-
-
 # --- runs that wait ---------------------------------------------------------------------
 
 
@@ -318,7 +264,7 @@ def _client_tool(spec: pb_common.ToolSpec, index: int) -> ClientTool:
         raise InvalidArgument(
             f"{where}.name must be 1 to 64 letters, digits, '_' or '-'; got {quote(spec.name)}"
         )
-    _bounded(spec.description, f"{where}.description", MAX_DESCRIPTION_BYTES)
+    bounded(spec.description, f"{where}.description", MAX_DESCRIPTION_BYTES)
     schema: dict[str, Any] = {"type": "object", "properties": {}}
     if spec.parameters_schema:
         schema = _json_schema(spec.parameters_schema, f"{where}.parameters_schema")
@@ -344,52 +290,9 @@ def _json_schema(text: str, where: str) -> dict[str, Any]:
     return schema
 
 
-def approval_answers(request: pb.SubmitApprovalsRequest) -> list[Answer]:
-    """Validate SubmitApprovals' decisions."""
-    _answer_count(len(request.approvals), "approvals")
-    answers = []
-    for i, item in enumerate(request.approvals):
-        where = f"approvals[{i}]"
-        _call_id(item.call_id, where)
-        _bounded(item.reason, f"{where}.reason", MAX_REASON_BYTES)
-        if item.decision not in (Decision.ALLOW, Decision.DENY, Decision.ALLOW_ALWAYS):
-            raise InvalidArgument(
-                f"{where}.decision must be APPROVAL_DECISION_ALLOW, _DENY or _ALLOW_ALWAYS"
-            )
-        answers.append(
-            Answer(call_id=item.call_id, decision=Decision(item.decision), text=item.reason)
-        )
-    return answers
-
-
-def tool_results(request: pb.SubmitToolResultsRequest) -> list[Answer]:
-    """Validate SubmitToolResults' results."""
-    _answer_count(len(request.results), "results")
-    answers = []
-    for i, item in enumerate(request.results):
-        where = f"results[{i}]"
-        _call_id(item.call_id, where)
-        _bounded(item.output, f"{where}.output", MAX_RESULT_BYTES)
-        answers.append(Answer(call_id=item.call_id, text=item.output, is_error=item.is_error))
-    return answers
-
-
-def _answer_count(count: int, field: str) -> None:
-    if not 1 <= count <= MAX_ANSWERS:
-        raise InvalidArgument(f"{field} must hold 1 to {MAX_ANSWERS} answers, got {count}")
-
-
-def _call_id(value: str, where: str) -> None:
-    if not value:
-        raise InvalidArgument(f"{where}.call_id is required")
-    _bounded(value, f"{where}.call_id", MAX_CALL_ID_BYTES)
-
-
 # --- spend ------------------------------------------------------------------------------
 
 MAX_BUDGET_TOKENS = 10**12
-DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-MAX_USAGE_DAYS = 366
 
 
 def run_budget(value: pb.RunBudget, max_wait_s: int) -> RunBudget:
@@ -422,87 +325,3 @@ def amount(text: str, field: str) -> Decimal:
         return parse_amount(text, maximum=MAX_AMOUNT)
     except ValueError as exc:
         raise InvalidArgument(f"{field}: {exc}") from None
-
-
-def cancel_reason(request: pb.CancelRunRequest) -> str:
-    _bounded(request.reason, "reason", MAX_REASON_BYTES)
-    return request.reason
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UsageQuery:
-    session_id: str | None
-    from_day: str
-    to_day: str
-
-
-def usage_query(request: pb.GetUsageRequest, today: str) -> UsageQuery:
-    """Validate GetUsage: days as YYYY-MM-DD (default today), at most a year apart."""
-    days = []
-    for field in ("from_day", "to_day"):
-        text = getattr(request, field) or today
-        if not DAY.match(text):
-            raise InvalidArgument(f"{field} must be a day like 2026-12-01; got {quote(text)}")
-        try:
-            days.append(date.fromisoformat(text))
-        except ValueError:
-            raise InvalidArgument(f"{field} {quote(text)} is not a day of the calendar") from None
-    if days[0] > days[1]:
-        raise InvalidArgument("from_day must not be after to_day")
-    if (days[1] - days[0]).days >= MAX_USAGE_DAYS:
-        raise InvalidArgument(f"ask for at most {MAX_USAGE_DAYS} days at once")
-    session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
-    return UsageQuery(
-        session_id=session_id, from_day=days[0].isoformat(), to_day=days[1].isoformat()
-    )
-
-
-# --- pages of stored things: a run's events, sessions, a session's messages -------------------
-
-EVENTS_LIMIT_DEFAULT = 1000
-EVENTS_LIMIT_MAX = 10_000
-MESSAGES_LIMIT_DEFAULT = 100
-MESSAGES_LIMIT_MAX = 1000
-# Sequences are BIGINT: a cursor past the largest one is past every run's end.
-MAX_SEQUENCE = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EventsQuery:
-    run_id: str
-    after: int
-    limit: int
-
-
-def events_query(request: pb.ListRunEventsRequest) -> EventsQuery:
-    """Validate ListRunEvents: the run id, and limit (default 1000, at most 10000)."""
-    run_id = uuid_field(request.run_id, "run_id")
-    limit = _limit(request.limit, "limit", EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX)
-    return EventsQuery(run_id=run_id, after=min(request.after_sequence, MAX_SEQUENCE), limit=limit)
-
-
-def sessions_page(request: pb_session.ListSessionsRequest) -> tuple[int, int]:
-    """ListSessions' (limit, offset): limit defaults to 100, at most 100."""
-    page = request.pagination
-    limit = _limit(page.limit, "pagination.limit", LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)
-    return limit, page.offset
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MessagesQuery:
-    session_id: str
-    from_position: int
-    limit: int
-
-
-def messages_query(request: pb_session.ListSessionMessagesRequest) -> MessagesQuery:
-    """Validate ListSessionMessages: the session id, and limit (default 100, at most 1000)."""
-    session_id = uuid_field(request.session_id, "session_id")
-    limit = _limit(request.limit, "limit", MESSAGES_LIMIT_DEFAULT, MESSAGES_LIMIT_MAX)
-    return MessagesQuery(session_id=session_id, from_position=request.from_position, limit=limit)
-
-
-def _limit(value: int, field: str, default: int, maximum: int) -> int:
-    if value > maximum:
-        raise InvalidArgument(f"{field} must be at most {maximum}, got {value}")
-    return value or default

@@ -9,16 +9,11 @@ import grpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.admission import Admission
+from behest.api.answers import approval_answers, cancel_reason, tool_results
 from behest.api.auth import current_caller
-from behest.api.requests import (
-    approval_answers,
-    cancel_reason,
-    events_query,
-    run_query,
-    run_request,
-    tool_results,
-    uuid_field,
-)
+from behest.api.fields import uuid_field
+from behest.api.queries import events_query, run_query
+from behest.api.requests import run_request
 from behest.domain.waits import WaitKind
 from behest.observability.telemetry import traceparent_in
 from behest.runs.operations import Operations

@@ -7,7 +7,8 @@ import grpc
 from behest._proto.agent.v1 import session_pb2 as pb
 from behest.api import convert
 from behest.api.auth import current_caller
-from behest.api.requests import messages_query, sessions_page, uuid_field
+from behest.api.fields import uuid_field
+from behest.api.queries import messages_query, sessions_page
 from behest.runs.operations import Operations
 
 

@@ -7,7 +7,7 @@ import grpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.auth import current_caller
-from behest.api.requests import uuid_field
+from behest.api.fields import uuid_field
 from behest.runs.operations import Operations
 
 

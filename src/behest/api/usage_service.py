@@ -9,7 +9,7 @@ import grpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.auth import current_caller
-from behest.api.requests import usage_query
+from behest.api.queries import usage_query
 from behest.runs.operations import Operations
 
 

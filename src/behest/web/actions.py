@@ -11,7 +11,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from behest.api.requests import MAX_CALL_ID_BYTES, MAX_REASON_BYTES, MAX_RESULT_BYTES
+from behest.api.answers import MAX_CALL_ID_BYTES, MAX_REASON_BYTES, MAX_RESULT_BYTES
 from behest.domain.waits import Answer, Decision, WaitKind
 from behest.errors import InvalidArgument, Unauthenticated
 from behest.runs.operations import Operations

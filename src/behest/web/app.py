@@ -24,8 +24,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from behest.api.answers import MAX_RESULT_BYTES
 from behest.api.auth import Authenticator
-from behest.api.requests import MAX_RESULT_BYTES
 from behest.config import AuthSettings, TlsSettings
 from behest.errors import (
     BehestError,

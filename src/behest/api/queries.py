@@ -1,0 +1,111 @@
+"""The reads' requests checked: ListRuns' filters, GetUsage's days, pages of events,
+sessions and messages (limits with their defaults and maxima)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import session_pb2 as pb_session
+from behest.api.fields import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, page_limit, uuid_field
+from behest.domain.runs import RunStatus
+from behest.errors import InvalidArgument, quote
+
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+MAX_USAGE_DAYS = 366
+EVENTS_LIMIT_DEFAULT = 1000
+EVENTS_LIMIT_MAX = 10_000
+MESSAGES_LIMIT_DEFAULT = 100
+MESSAGES_LIMIT_MAX = 1000
+# Sequences are BIGINT: a cursor past the largest one is past every run's end.
+MAX_SEQUENCE = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunQuery:
+    session_id: str | None
+    status: RunStatus | None
+    limit: int
+    offset: int
+
+
+def run_query(request: pb.ListRunsRequest) -> RunQuery:
+    """Validate ListRuns filters and pagination (limit defaults to 100, at most 100)."""
+    limit = request.pagination.limit or LIST_LIMIT_DEFAULT
+    if limit > LIST_LIMIT_MAX:
+        raise InvalidArgument(f"pagination.limit must be at most {LIST_LIMIT_MAX}, got {limit}")
+    status: RunStatus | None = None
+    if request.status:
+        try:
+            status = RunStatus(request.status)
+        except ValueError:
+            raise InvalidArgument(f"status {request.status} is not a RunStatus value") from None
+    session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
+    return RunQuery(
+        session_id=session_id, status=status, limit=limit, offset=request.pagination.offset
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageQuery:
+    session_id: str | None
+    from_day: str
+    to_day: str
+
+
+def usage_query(request: pb.GetUsageRequest, today: str) -> UsageQuery:
+    """Validate GetUsage: days as YYYY-MM-DD (default today), at most a year apart."""
+    days = []
+    for field in ("from_day", "to_day"):
+        text = getattr(request, field) or today
+        if not DAY.match(text):
+            raise InvalidArgument(f"{field} must be a day like 2026-12-01; got {quote(text)}")
+        try:
+            days.append(date.fromisoformat(text))
+        except ValueError:
+            raise InvalidArgument(f"{field} {quote(text)} is not a day of the calendar") from None
+    if days[0] > days[1]:
+        raise InvalidArgument("from_day must not be after to_day")
+    if (days[1] - days[0]).days >= MAX_USAGE_DAYS:
+        raise InvalidArgument(f"ask for at most {MAX_USAGE_DAYS} days at once")
+    session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
+    return UsageQuery(
+        session_id=session_id, from_day=days[0].isoformat(), to_day=days[1].isoformat()
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventsQuery:
+    run_id: str
+    after: int
+    limit: int
+
+
+def events_query(request: pb.ListRunEventsRequest) -> EventsQuery:
+    """Validate ListRunEvents: the run id, and limit (default 1000, at most 10000)."""
+    run_id = uuid_field(request.run_id, "run_id")
+    limit = page_limit(request.limit, "limit", EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX)
+    return EventsQuery(run_id=run_id, after=min(request.after_sequence, MAX_SEQUENCE), limit=limit)
+
+
+def sessions_page(request: pb_session.ListSessionsRequest) -> tuple[int, int]:
+    """ListSessions' (limit, offset): limit defaults to 100, at most 100."""
+    page = request.pagination
+    limit = page_limit(page.limit, "pagination.limit", LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)
+    return limit, page.offset
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesQuery:
+    session_id: str
+    from_position: int
+    limit: int
+
+
+def messages_query(request: pb_session.ListSessionMessagesRequest) -> MessagesQuery:
+    """Validate ListSessionMessages: the session id, and limit (default 100, at most 1000)."""
+    session_id = uuid_field(request.session_id, "session_id")
+    limit = page_limit(request.limit, "limit", MESSAGES_LIMIT_DEFAULT, MESSAGES_LIMIT_MAX)
+    return MessagesQuery(session_id=session_id, from_position=request.from_position, limit=limit)
