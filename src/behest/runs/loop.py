@@ -8,36 +8,30 @@ retrying a model call providers/retry.py's; what the run has done is in runs/pro
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import time
 from dataclasses import dataclass, field
 
-from opentelemetry.trace import Span
-
 from behest.domain import events as ev
-from behest.domain.messages import Message, Role, ToolCall, ToolDefinition
+from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, ToolChoice
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, RunBudget, TokenUsage
-from behest.errors import ContextOverflowError, RunStopped, TransientProviderError, quote
+from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
 from behest.events.run_log import RunLog
-from behest.observability.metrics import ModelCall
-from behest.observability.telemetry import current, messages_content, output_content, span
-from behest.providers.base import ModelRequest, Provider
+from behest.observability.telemetry import current
+from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
-from behest.providers.guard import guarded_stream
 from behest.providers.retry import reason, with_retries
 from behest.runs import compaction, structured
 from behest.runs.budget import Budget, DailyCaps
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
+from behest.runs.model_attempts import ModelAttempts
 from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
 from behest.runs.sub_runs import SPAWN_TOOL, SubRuns
 from behest.runs.tool_calls import ToolRunner
-from behest.runs.turn import Turn, TurnAssembler
+from behest.runs.turn import Turn
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
 from behest.store.base import AppendMessage, SetRunOutput, Store
 from behest.tools.base import ToolResult
@@ -95,19 +89,11 @@ class AgentLoop:
         self._log = log
         self._store = store
         self.progress = RunProgress(run, transcript)
-        self._provider = provider
         self._compactor = compactor
         self._retry = provider_config.retry
-        self._timeout_s = provider_config.timeout_s
-        model = provider_config.model_info(run.model)
-        self._max_output_tokens = model.max_output_tokens
-        self._prices = model.prices
-        self._telemetry = current()
-        self._metrics = self._telemetry.metrics
-        self._model_call = ModelCall(self._metrics, run.provider, run.model)
-        self._system = provider_config.type  # gen_ai.system: openai, anthropic, local
+        self._prices = provider_config.model_info(run.model).prices
+        self._metrics = current().metrics
         self._tools = tools
-        self._limits = limits
         self._max_iterations = run.max_iterations or limits.max_iterations
         self._sub_runs = sub_runs if sub_runs is not None and sub_runs.offered_to(run) else None
         self._offered = self._offer(run, tools)
@@ -124,6 +110,18 @@ class AgentLoop:
         )
         self._doom_loop = DoomLoopDetector()
         self._budget = self._budget_of(spend_limits or SpendLimits())
+        self._attempts = ModelAttempts(
+            run=run,
+            log=log,
+            progress=self.progress,
+            provider=provider,
+            provider_config=provider_config,
+            budget=self._budget,
+            tools=tools,
+            offered=self._offered,
+            waits=self._waits,
+            coalesce_text=limits.coalesce_text_deltas,
+        )
 
     def _offer(self, run: Run, tools: ToolRegistry) -> frozenset[str]:
         """Tools offered to the model: tool_choice "none" offers none, a tool's name all the
@@ -159,7 +157,12 @@ class AgentLoop:
                 return stopped
         while True:
             if progress.iteration >= self._max_iterations:
-                raise RunStopped(self._out_of_iterations(), FailureCode.MAX_ITERATIONS)
+                raise RunStopped(
+                    structured.out_of_iterations(
+                        progress.mine(), self._run.response_format, self._max_iterations
+                    ),
+                    FailureCode.MAX_ITERATIONS,
+                )
             progress.iteration += 1
             if self._compactor is not None:
                 progress.adopt(
@@ -184,20 +187,6 @@ class AgentLoop:
             if waiting is not None:
                 return waiting
             await self._tool_runner.run(turn.calls, await self._waits.results(turn.calls))
-
-    def _out_of_iterations(self) -> str:
-        """Why the run stops at max_iterations: tools still wanted, or a repair not asked."""
-        mine = self.progress.mine()
-        if len(mine) > 1 and mine[-1].role == Role.USER:  # a repair of the answer is next
-            name = self._run.response_format.name if self._run.response_format else ""
-            return (
-                f"max iterations reached: the final answer did not fit response_format "
-                f"{quote(name)} and no iteration of {self._max_iterations} is left to repair it"
-            )
-        return (
-            f"max iterations reached: the model still wanted tools after "
-            f"{self._max_iterations} iterations"
-        )
 
     async def _start(self) -> None:
         """Start a run created without its first step (CreateRun normally commits it)."""
@@ -319,7 +308,9 @@ class AgentLoop:
         overflowed = False
         while True:
             try:
-                return await with_retries(self._attempt, self._retry, retried=self._retried)
+                return await with_retries(
+                    self._attempts.attempt, self._retry, retried=self._retried
+                )
             except ContextOverflowError as exc:
                 if overflowed or self._compactor is None:
                     raise
@@ -344,120 +335,6 @@ class AgentLoop:
             self.progress.add(summary.usage, summary.cost)
             await self._log.emit(ev.UsageRecorded(summary.usage, summary.cost))
             await self._budget.after_usage()
-
-    async def _attempt(self, attempt: int) -> Turn:
-        """One attempt of a model call, announced by its own ModelStarted."""
-        allowed = await self._budget.before_call(self._max_output_tokens)
-        self.progress.model_calls += 1
-        await self._log.emit(
-            ev.ModelStarted(self._run.provider, self._run.model, self.progress.iteration),
-            state=self.progress.state(RunStatus.CALLING_MODEL),
-        )
-        with span("behest.model_call", self._call_attributes(attempt, allowed)) as call_span:
-            began = time.perf_counter()
-            try:
-                turn = await self._stream_turn(allowed)
-            except Exception:
-                self._metrics.model_call(self._model_call, time.perf_counter() - began, ok=False)
-                raise
-            self._metrics.model_call(self._model_call, time.perf_counter() - began, ok=True)
-            self._trace_turn(call_span, turn)
-            return turn
-
-    def _call_attributes(self, attempt: int, max_tokens: int) -> dict[str, str | int]:
-        """A model call span's attributes (GenAI semantic conventions), content only when
-        trace_content is on."""
-        attributes: dict[str, str | int] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.system": self._system,
-            "gen_ai.provider.name": self._system,
-            "gen_ai.request.model": self._run.model,
-            "gen_ai.request.max_tokens": max_tokens,
-            "gen_ai.conversation.id": self._run.session_id,
-            "behest.provider": self._run.provider,
-            "behest.model": self._run.model,
-            "behest.iteration": self.progress.iteration,
-            "behest.attempt": attempt,
-        }
-        if self._telemetry.trace_content:
-            context = compaction.context(self.progress.transcript)
-            attributes["gen_ai.input.messages"] = messages_content(context)
-            if self._run.instructions:
-                attributes["gen_ai.system_instructions"] = self._run.instructions
-        return attributes
-
-    def _trace_turn(self, call_span: Span, turn: Turn) -> None:
-        """What a model call answered, on its span and in the token counts."""
-        usage = turn.usage
-        prompt = usage.input_tokens + usage.cached_input_tokens + usage.cache_write_tokens
-        self._metrics.tokens(self._model_call, prompt, usage.output_tokens)
-        call_span.set_attribute("gen_ai.usage.input_tokens", prompt)
-        call_span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-        if usage.cached_input_tokens:
-            call_span.set_attribute(
-                "gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens
-            )
-        call_span.set_attribute(
-            "gen_ai.response.finish_reasons", (turn.finish_reason.name.lower(),)
-        )
-        if self._telemetry.trace_content:
-            call_span.set_attribute("gen_ai.output.messages", output_content(turn.text, turn.calls))
-
-    async def _stream_turn(self, max_output_tokens: int) -> Turn:
-        request = ModelRequest(
-            model=self._run.model,
-            messages=compaction.context(self.progress.transcript),
-            tools=self._definitions(),
-            tool_choice=self._tool_choice(),
-            instructions=self._run.instructions,
-            max_output_tokens=max_output_tokens,
-            call_number=self.progress.model_calls,
-            response_format=self._run.response_format,
-            reasoning=self._run.reasoning,
-        )
-        turn = TurnAssembler(self._log, coalesce_text=self._limits.coalesce_text_deltas)
-        idle = self._timeout_s
-        loop = asyncio.get_running_loop()
-        try:
-            async with (
-                asyncio.timeout(idle) as deadline,
-                contextlib.aclosing(guarded_stream(self._provider, request)) as deltas,
-            ):
-                async for delta in deltas:
-                    deadline.reschedule(loop.time() + idle)
-                    await turn.take(delta)
-        except asyncio.CancelledError:
-            turn.discard()
-            raise
-        except Exception as exc:
-            await turn.flush()
-            if isinstance(exc, TimeoutError):
-                raise TransientProviderError(
-                    self._run.provider, f"no output for {idle:g} s (timed out)"
-                ) from None
-            raise
-        return await turn.finish()
-
-    def _definitions(self) -> list[ToolDefinition]:
-        """The server's tools this run may use, and its client tools (unless none may)."""
-        if self._run.tool_choice == ToolChoice.NONE:
-            return []
-        spawn = [SubRuns.definition()] if SPAWN_TOOL in self._offered else []
-        return (
-            self._tools.definitions(sorted(self._offered))
-            + spawn
-            + self._waits.client_definitions()
-        )
-
-    def _tool_choice(self) -> str:
-        """A forced choice binds until a tool has run: then "required" becomes "auto", and a
-        named tool "none" (call it, then answer from its result)."""
-        choice = self._run.tool_choice
-        if choice in (ToolChoice.AUTO, ToolChoice.NONE):
-            return choice
-        if not any(m.role == Role.TOOL for m in self.progress.mine()):
-            return choice
-        return ToolChoice.AUTO if choice == ToolChoice.REQUIRED else ToolChoice.NONE
 
     async def _spawn(self, call: ToolCall) -> ToolResult:
         """A `spawn_agent` call: a child run, waited for; its spend counts against ours."""

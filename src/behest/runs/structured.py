@@ -15,8 +15,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from behest import bounded_json
+from behest.domain.messages import Message, Role
 from behest.domain.output import ResponseFormat
-from behest.errors import describe
+from behest.errors import describe, quote
 
 # Repair attempts a run gets after an answer that does not fit.
 MAX_REPAIRS = 1
@@ -81,6 +82,20 @@ def failure(response_format: ResponseFormat, problem: str) -> str:
         f"the final answer does not fit response_format {response_format.name!r} after "
         f"{MAX_REPAIRS} repair {tries}: {problem}"
     )
+
+
+def out_of_iterations(
+    mine: list[Message], response_format: ResponseFormat | None, max_iterations: int
+) -> str:
+    """Why a run stops at max_iterations (`mine`: its messages): tools still wanted, or a
+    repair of its answer not asked."""
+    if len(mine) > 1 and mine[-1].role == Role.USER:  # a repair of the answer is next
+        name = response_format.name if response_format else ""
+        return (
+            f"max iterations reached: the final answer did not fit response_format "
+            f"{quote(name)} and no iteration of {max_iterations} is left to repair it"
+        )
+    return f"max iterations reached: the model still wanted tools after {max_iterations} iterations"
 
 
 def _short(text: str) -> str:
