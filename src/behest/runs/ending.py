@@ -13,6 +13,9 @@ import itertools
 import logging
 from dataclasses import dataclass
 
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
 from behest.backoff import backoff_s
 from behest.domain import events as ev
 from behest.domain.messages import Message
@@ -34,7 +37,7 @@ from behest.errors import (
 )
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
-from behest.observability.telemetry import context_from_traceparent, tracer
+from behest.observability.telemetry import Telemetry, context_from_traceparent, tracer
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
 from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun
@@ -223,3 +226,18 @@ def _truthful(ending: Ending, run_log: RunLog) -> Ending:
         f"the run finished, but its answer could not be stored: {run_log.lost}",
         FailureCode.STORAGE,
     )
+
+
+def record_end(ending: Ending, telemetry: Telemetry, span: trace.Span | None = None) -> None:
+    """Count a run's durable end in the metrics, and tell it on the run's span."""
+    outcome = ending.status.name.lower()  # completed | failed | cancelled
+    telemetry.metrics.run_finished(outcome, ending.failure_code)
+    if span is None:
+        return
+    span.set_attribute("behest.outcome", outcome)
+    if ending.status == RunStatus.FAILED:
+        code = ending.failure_code.name.lower()
+        span.set_attribute("behest.failure_code", code)
+        # A run's error may quote what the model sent (a doom loop's arguments): content.
+        words = ending.error if telemetry.trace_content else f"the run failed: {code}"
+        span.set_status(Status(StatusCode.ERROR, words))

@@ -13,21 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
 from behest.domain.messages import Message
 from behest.domain.runs import Cancel, CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import FailureCode
 from behest.errors import (
-    BehestError,
     Fenced,
-    ResourceExhausted,
     Unavailable,
 )
 from behest.events.log import EventLog
@@ -37,15 +32,15 @@ from behest.observability.telemetry import (
     bind,
     context_from_traceparent,
     current,
-    current_trace_ids,
 )
 from behest.runs.builder import LoopBuilder
 from behest.runs.cancelling import CANCEL_WAIT_S, Cancelling
-from behest.runs.creation import commit_creation, new_run
-from behest.runs.ending import Ending, RunEnder
+from behest.runs.chores import Chores
+from behest.runs.creation import commit_creation, new_run, run_span
+from behest.runs.ending import Ending, RunEnder, record_end
 from behest.runs.leases import Leases, this_process
+from behest.runs.outcome import outcome
 from behest.runs.owned import Held, OwnedRun
-from behest.runs.progress import RunProgress
 from behest.runs.start import initial_snapshot
 from behest.runs.waiting import Waiting
 from behest.store.base import AppendMessage, NewRun, NodeRecord, Renewal, Store
@@ -96,11 +91,7 @@ class Executor:
         event_log.on_fenced = self._lost
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
-        # Creations a cancelled CreateRun left to finish (see create); chores: wake-ups of
-        # waiting runs, cancels signalled by other nodes.
-        self._background: set[asyncio.Task[CreatedRun]] = set()
-        self._chores: set[asyncio.Task[None]] = set()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._chores = Chores(lambda: self._accepting)
         self._cancelling = Cancelling(
             store=store,
             runs=self._runs,
@@ -130,13 +121,7 @@ class Executor:
         """
         self._accepting = False
         await self.leases.stop()
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        if self._chores:
-            await asyncio.wait(self._chores, timeout=CANCEL_WAIT_S)
-        if self._background:
-            await asyncio.wait(self._background, timeout=CANCEL_WAIT_S)
+        await self._chores.stop(CANCEL_WAIT_S)
         tasks = self._runs.tasks()
         if tasks and grace_s > 0:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -160,28 +145,9 @@ class Executor:
         """
         if not self._accepting:
             raise Unavailable("the server is shutting down and takes no new runs")
-        if len(self._runs) >= self._max_runs:
-            raise ResourceExhausted(
-                f"too many active runs ({self._max_runs}); retry when some have finished"
-            )
-        mine = self._runs.of_tenant(tenant)
-        if mine >= (allowed := self._max_runs_of(tenant)):
-            raise ResourceExhausted(
-                f"max_concurrent_runs: this tenant has {mine} active runs, its limit "
-                f"({allowed}); retry when some have finished"
-            )
+        self._runs.admit(tenant, self._max_runs, self._max_runs_of(tenant))
         run_id = str(uuid.uuid4())
-        span = self._telemetry.tracer.start_span(
-            "behest.run",
-            context=context_from_traceparent(traceparent),
-            attributes={
-                "behest.run_id": run_id,
-                "behest.tenant": tenant,
-                "behest.provider": request.provider,
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.request.model": request.model,
-            },
-        )
+        span = run_span(self._telemetry.tracer, run_id, request, tenant, traceparent)
         # Reserved before the creation commits: a CancelRun that reads the new run before its
         # task starts finds it here, and the task starts by cancelling.
         handle = self._runs.hold(run_id, OwnedRun(tenant=tenant))
@@ -200,14 +166,8 @@ class Executor:
             # creation may commit all the same, and a run that was created must start: ask
             # again in the background, which finds what committed.
             task = asyncio.create_task(self._commit_and_start(creation, handle, span))
-            self._background.add(task)
-            task.add_done_callback(self._settled)
+            self._chores.keep(task, failed="a creation its caller left did not complete")
             raise
-
-    def _settled(self, task: asyncio.Task[CreatedRun]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("a creation its caller left did not complete", exc_info=task.exception())
 
     async def _commit_and_start(
         self, creation: NewRun, handle: OwnedRun, span: trace.Span
@@ -267,7 +227,7 @@ class Executor:
     def cancel_signalled(self, run_id: str) -> None:
         """A node asked to cancel `run_id` (a signal): end it if this node executes it."""
         if run_id in self._runs:
-            self._spawn(self._cancelling.cancels_asked([run_id]), f"cancel-{run_id}")
+            self._chores.spawn(self._cancelling.cancels_asked([run_id]), f"cancel-{run_id}")
 
     def _lost(self, run_id: str, generation: int) -> None:
         """A step of the run was refused: another node claimed it since. Stop it here at once
@@ -312,32 +272,10 @@ class Executor:
         if handle.rewake:
             self._wake_soon(run_id)
         delay = (waiting.expires_at - datetime.now(UTC)).total_seconds()
-        if old := self._timers.pop(run_id, None):
-            old.cancel()
-        self._timers[run_id] = asyncio.get_running_loop().call_later(
-            max(0.0, delay) + 0.05, self._expire, run_id
-        )
-
-    def _expire(self, run_id: str) -> None:
-        self._timers.pop(run_id, None)
-        self._wake_soon(run_id)
+        self._chores.at(run_id, max(0.0, delay) + 0.05, self._wake_soon)
 
     def _wake_soon(self, run_id: str) -> None:
-        self._spawn(self.wake(run_id), f"wake-{run_id}")
-
-    def _spawn(self, chore: Coroutine[Any, Any, None], name: str) -> None:
-        """Run `chore` in the background (a wake-up, a cancel signalled); stop waits for it."""
-        if not self._accepting:
-            chore.close()
-            return
-        task = asyncio.create_task(chore, name=name)
-        self._chores.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._chores.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("%s failed", task.get_name(), exc_info=task.exception())
+        self._chores.spawn(self.wake(run_id), f"wake-{run_id}")
 
     # --- resuming and adopting -----------------------------------------------------------
 
@@ -422,7 +360,9 @@ class Executor:
             with trace.use_span(
                 span, end_on_exit=True, record_exception=False, set_status_on_exception=False
             ):
-                ending, progress = await self._outcome(run, handle, run_log, snapshot, transcript)
+                ending, progress = await outcome(
+                    self._builder, run, handle, run_log, snapshot, transcript
+                )
                 if ending is None:
                     span.set_attribute("behest.outcome", "stopped")
                     return  # shutdown: the run stays resumable
@@ -445,59 +385,4 @@ class Executor:
 
     def _ended(self, ending: Ending, span: trace.Span | None = None) -> None:
         """Count a run's durable end, and tell it on the run's span."""
-        outcome = ending.status.name.lower()  # completed | failed | cancelled
-        self._metrics.run_finished(outcome, ending.failure_code)
-        if span is None:
-            return
-        span.set_attribute("behest.outcome", outcome)
-        if ending.status == RunStatus.FAILED:
-            code = ending.failure_code.name.lower()
-            span.set_attribute("behest.failure_code", code)
-            # A run's error may quote what the model sent (a doom loop's arguments): content.
-            words = ending.error if self._telemetry.trace_content else f"the run failed: {code}"
-            span.set_status(Status(StatusCode.ERROR, words))
-
-    async def _outcome(
-        self,
-        run: Run,
-        handle: OwnedRun,
-        run_log: RunLog,
-        snapshot: Snapshot | None,
-        transcript: list[Message] | None,
-    ) -> tuple[Ending | Waiting | None, RunProgress | None]:
-        """How the run ends (None when a shutdown stops it: it stays resumable; Waiting when
-        it waits for answers), and what it did (None if its loop could not even be built).
-
-        The end is decided (handle.decided) with no await after the loop returns or raises:
-        a cancel requested before that moment makes it RunCancelled, whatever the loop did.
-        """
-        progress = None
-        try:
-            if handle.cancel_requested:
-                raise asyncio.CancelledError  # cancelled before its task started
-            loop = await self._builder.loop(run, run_log, transcript)
-            progress = loop.progress
-            outcome = await loop.run(snapshot)
-            if isinstance(outcome, Waiting) and not handle.cancel_requested:
-                handle.decided = RunStatus.WAITING_FOR_INPUT
-                return outcome, progress
-            if isinstance(outcome, Waiting):
-                raise asyncio.CancelledError
-            ending = Ending.completed(outcome.finish_reason, outcome.iterations)
-        except asyncio.CancelledError:
-            if not handle.cancel_requested:
-                return None, progress
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            ending = Ending.cancelled(handle.cancel)
-        except BehestError as exc:
-            ending = Ending.failed_by(exc)
-        except Exception:
-            trace_id, _ = current_trace_ids()
-            log.exception("run %s crashed", run.id)
-            ending = Ending.failed(f"internal error (trace id {trace_id})", FailureCode.INTERNAL)
-        if handle.cancel_requested:
-            ending = Ending.cancelled(handle.cancel)
-        handle.decided = ending.status
-        return ending, progress
+        record_end(ending, self._telemetry, span)
