@@ -29,21 +29,22 @@ from behest.errors import (
     ContextOverflowError,
     PermanentProviderError,
     ProviderAuthError,
+    ProviderError,
     QuotaExhausted,
     RateLimited,
     TransientProviderError,
 )
-from behest.providers.anthropic import (
+from behest.providers import anthropic_errors
+from behest.providers.anthropic import AnthropicProvider
+from behest.providers.anthropic_request import (
     MISSING_RESULT,
-    AnthropicProvider,
-    StreamDecoder,
     build_messages,
     build_params,
-    retry_after_s,
     safe_id,
     tool_choice,
     tool_input,
 )
+from behest.providers.anthropic_stream import StreamDecoder
 from behest.providers.base import (
     Finished,
     ModelRequest,
@@ -54,6 +55,7 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import CACHE_BREAKPOINTS, ProviderConfig
+from behest.providers.retry import retry_after_s
 from tests.fakes.anthropic_fake import message_object
 
 KEY = "sk-ant-unit-secret"
@@ -367,11 +369,9 @@ def test_thinking_streams_as_reasoning_and_the_block_is_kept_with_its_signature(
 # --- errors -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def provider() -> AnthropicProvider:
-    return AnthropicProvider(
-        ProviderConfig(name="claude", type="anthropic", base_url="http://127.0.0.1:9", api_key=KEY)
-    )
+def classified(exc: anthropic.APIStatusError) -> ProviderError:
+    """The error a provider named 'claude', keyed KEY, makes of `exc`."""
+    return anthropic_errors.status_error("claude", exc, api_key=KEY)
 
 
 def status_error(
@@ -384,71 +384,67 @@ def status_error(
     return anthropic.APIStatusError(f"Error code: {status}", response=response, body=body)
 
 
-def test_a_429_is_transient_with_its_retry_after(provider: AnthropicProvider) -> None:
-    error = provider._status_error(
-        status_error(429, "rate_limit_error", "slow down", {"retry-after": "3"})
-    )
+def test_a_429_is_transient_with_its_retry_after() -> None:
+    error = classified(status_error(429, "rate_limit_error", "slow down", {"retry-after": "3"}))
     assert type(error) is RateLimited
     assert error.retry_after == 3.0
     assert str(error) == "provider 'claude': rate limited (HTTP 429 rate_limit_error): slow down"
 
 
-def test_a_spend_limit_429_is_permanent(provider: AnthropicProvider) -> None:
+def test_a_spend_limit_429_is_permanent() -> None:
     exc = status_error(
         429, "rate_limit_error", "limit", details={"error_code": "enforced_spend_limit_reached"}
     )
-    assert type(provider._status_error(exc)) is QuotaExhausted
+    assert type(classified(exc)) is QuotaExhausted
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 529, 408])
-def test_server_errors_and_timeouts_are_transient(provider: AnthropicProvider, status: int) -> None:
-    error = provider._status_error(status_error(status, "api_error", "boom"))
+def test_server_errors_and_timeouts_are_transient(status: int) -> None:
+    error = classified(status_error(status, "api_error", "boom"))
     assert isinstance(error, TransientProviderError)
     assert f"HTTP {status}" in str(error)
 
 
-def test_x_should_retry_is_obeyed(provider: AnthropicProvider) -> None:
+def test_x_should_retry_is_obeyed() -> None:
     exc = status_error(500, "api_error", "boom", {"x-should-retry": "false"})
-    assert isinstance(provider._status_error(exc), PermanentProviderError)
+    assert isinstance(classified(exc), PermanentProviderError)
 
 
 @pytest.mark.parametrize("status", [400, 404, 413, 422])
-def test_bad_requests_are_permanent(provider: AnthropicProvider, status: int) -> None:
-    error = provider._status_error(status_error(status, "invalid_request_error", "nope"))
+def test_bad_requests_are_permanent(status: int) -> None:
+    error = classified(status_error(status, "invalid_request_error", "nope"))
     assert type(error) is PermanentProviderError
 
 
-def test_a_prompt_too_long_is_a_context_overflow(provider: AnthropicProvider) -> None:
+def test_a_prompt_too_long_is_a_context_overflow() -> None:
     exc = status_error(
         400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"
     )
-    assert isinstance(provider._status_error(exc), ContextOverflowError)
+    assert isinstance(classified(exc), ContextOverflowError)
 
 
-def test_auth_errors_never_carry_the_key(provider: AnthropicProvider) -> None:
+def test_auth_errors_never_carry_the_key() -> None:
     exc = status_error(401, "authentication_error", f"invalid x-api-key {KEY}")
-    error = provider._status_error(exc)
+    error = classified(exc)
     assert type(error) is ProviderAuthError
     assert "authentication failed (HTTP 401" in str(error)
-    forbidden = provider._status_error(status_error(403, "permission_error", "no access"))
+    forbidden = classified(status_error(403, "permission_error", "no access"))
     assert type(forbidden) is ProviderAuthError
     assert KEY not in str(error)
 
 
-def test_an_error_event_in_a_stream_is_classified_by_its_type(
-    provider: AnthropicProvider,
-) -> None:
-    overloaded = provider._status_error(status_error(200, "overloaded_error", "Overloaded"))
+def test_an_error_event_in_a_stream_is_classified_by_its_type() -> None:
+    overloaded = classified(status_error(200, "overloaded_error", "Overloaded"))
     assert type(overloaded) is TransientProviderError
     assert "stream error event overloaded_error" in str(overloaded)
-    limited = provider._status_error(status_error(200, "rate_limit_error", "slow down"))
+    limited = classified(status_error(200, "rate_limit_error", "slow down"))
     assert type(limited) is RateLimited and limited.retry_after is None
-    invalid = provider._status_error(status_error(200, "invalid_request_error", "bad"))
+    invalid = classified(status_error(200, "invalid_request_error", "bad"))
     assert isinstance(invalid, PermanentProviderError)
 
 
-def test_long_provider_messages_are_shortened(provider: AnthropicProvider) -> None:
-    error = provider._status_error(status_error(400, "invalid_request_error", "x " * 500))
+def test_long_provider_messages_are_shortened() -> None:
+    error = classified(status_error(400, "invalid_request_error", "x " * 500))
     assert len(str(error)) < 300
 
 

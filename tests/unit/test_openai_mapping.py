@@ -31,14 +31,10 @@ from behest.providers.base import (
     ToolCallBegin,
 )
 from behest.providers.config import ProviderConfig
-from behest.providers.openai import (
-    ChunkReader,
-    OpenAIProvider,
-    chat_message,
-    request_body,
-    retry_after_s,
-    tool_choice,
-)
+from behest.providers.openai import OpenAIProvider
+from behest.providers.openai_request import chat_message, request_body, tool_choice
+from behest.providers.openai_stream import ChunkReader
+from behest.providers.retry import retry_after_s
 from tests.fakes.openai_fake import (
     FakeOpenAI,
     chunk,
