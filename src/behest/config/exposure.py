@@ -1,0 +1,46 @@
+"""Whether a port may face the network: side ports (the inspector, /metrics) off loopback
+only with authentication and TLS, or allow_insecure, as the gRPC port."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from behest.config import Settings
+
+
+def check_http_listen(settings: Settings) -> None:
+    """The inspector's HTTP side: bearer or no authentication, and off loopback only with
+    both authentication and TLS (or allow_insecure), as the gRPC port."""
+    if settings.http_listen and settings.auth.mode == "mtls":
+        raise ValueError(
+            "http_listen: the inspector signs in with bearer tokens; auth mode 'mtls' has none"
+        )
+    check_exposed(settings, "http_listen", settings.http_listen, "read and run everything")
+
+
+def check_exposed(settings: Settings, key: str, listen: str, could: str) -> None:
+    """A side port (the inspector, /metrics) off loopback only with authentication and TLS,
+    or allow_insecure, as the gRPC port."""
+    auth = settings.auth
+    if not listen or is_loopback(listen.rpartition(":")[0]) or auth.allow_insecure:
+        return
+    if auth.mode == "none" or not settings.tls.enabled:
+        raise ValueError(
+            f"{key} {listen!r} is not a loopback address, and the server lacks "
+            f"authentication or TLS: anyone who reaches it could {could}. Set "
+            "[auth] mode and [tls] cert_file/key_file, listen on 127.0.0.1, or set "
+            "auth.allow_insecure = true if something else protects it"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host (a name, an IPv4 or IPv6 address, maybe in brackets) is this machine."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name, or "" (every interface)
