@@ -20,10 +20,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
-from behest.cli_waits import DENIED_AT_THE_TERMINAL, PROMPT, ask
-from behest.client import BehestClient, Decision, WaitingCall
-from behest.render import EventPrinter, format_pending, format_run
-from tests.support import Cli, Server, behest, cli_environment, collect, kind, script
+from behest.cli.formats import format_pending, format_run
+from behest.cli.render import EventPrinter
+from behest.cli.waits import DENIED_AT_THE_TERMINAL, PROMPT, ask
+from behest.client import BehestClient, Decision, RunOptions, TextDelta, WaitingCall
+from behest.client._wire import event_of, pending_of, run_of
+from tests.support import Cli, Server, behest, cli_environment, collect, script
 
 TIMEOUT_S = 30.0
 CALCULATOR = {"name": "calculator", "arguments": {"expression": "2+2"}}
@@ -89,9 +91,9 @@ async def ended(process: asyncio.subprocess.Process) -> Cli:
 
 async def waiting_run(client: BehestClient, input: str, **options: Any) -> str:
     """Create a run and follow it until it waits; its id."""
-    run_id, _ = await client.create_run(input, model="script", **options)
+    run_id = (await client.create_run(input, RunOptions(model="script", **options))).run_id
     async for event in client.watch(run_id):
-        if kind(event) in ("approval_requested", "client_tool_requested"):
+        if event.kind in ("approval_requested", "client_tool_requested"):
             break
     return run_id
 
@@ -254,14 +256,16 @@ async def test_approve_allows_always_refuses_another_answer_and_names_unknown_ca
 
         await client.submit_tool_results(run_id, {"call_1_2": "fine"})
         events = await collect(client.watch(run_id))
-        assert kind(events[-1]) == "run_completed"
+        assert events[-1].kind == "run_completed"
         # Allowed always: the session's next calls of calculator do not wait.
         session = (await client.get_run(run_id)).session_id
         later = await collect(
-            client.stream_run(APPROVE_ONCE, model="script", session_id=session, **options)
+            client.stream_run(
+                APPROVE_ONCE, RunOptions(model="script", session_id=session, **options)
+            )
         )
-        assert kind(later[-1]) == "run_completed"
-        assert "approval_requested" not in [kind(e) for e in later]
+        assert later[-1].kind == "run_completed"
+        assert "approval_requested" not in [e.kind for e in later]
 
         none = await behest("pending", run_id, *address)
         assert none.code == 0, none.err
@@ -277,9 +281,9 @@ async def test_approve_with_deny_tells_the_model_why(server: Server) -> None:
         assert denied.code == 0, denied.err
         assert denied.out == f"denied: call call_1_1 of run {run_id}\nthe run goes on\n"
         events = await collect(client.watch(run_id))
-    [resolved] = [e.approval_resolved for e in events if kind(e) == "approval_resolved"]
-    assert (resolved.decision, resolved.reason) == (pb.APPROVAL_DECISION_DENY, "too risky")
-    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    [resolved] = [e.data for e in events if e.kind == "approval_resolved"]
+    assert (resolved.decision, resolved.reason) == (Decision.DENY, "too risky")
+    said = "".join(e.data.delta for e in events if isinstance(e.data, TextDelta))
     assert said.startswith("calculator: error: ") and "too risky" in said
 
 
@@ -325,7 +329,7 @@ def rendered(*payloads: dict[str, Any], approval_hints: bool = True) -> tuple[st
     out, err = io.StringIO(), io.StringIO()
     printer = EventPrinter(out, err, approval_hints=approval_hints)
     for i, payload in enumerate(payloads, 1):
-        printer.render(pb.AgentEvent(sequence=i, run_id="run-1", **payload))
+        printer.render(event_of(pb.AgentEvent(sequence=i, run_id="run-1", **payload)))
     return out.getvalue(), err.getvalue()
 
 
@@ -394,7 +398,7 @@ def test_pending_calls_and_a_waiting_run_are_shown_readably() -> None:
             expires_at=at(3600),
         ),
     ]
-    assert format_pending(calls).splitlines() == [
+    assert format_pending([pending_of(p) for p in calls]).splitlines() == [
         "CALL      WAITS FOR      TOOL        EXPIRES               ARGUMENTS",
         'call_1_1  approval       calculator  -                     {"expression": "1"}',
         "call_1_2  client result  lookup      1970-01-01 01:00:00Z  {}",
@@ -405,7 +409,7 @@ def test_pending_calls_and_a_waiting_run_are_shown_readably() -> None:
         client_tools=[c.ToolSpec(name="lookup")],
         approval_required_tools=["calculator"],
     )
-    shown = format_run(run)
+    shown = format_run(run_of(run))
     assert "status       waiting_for_input\n" in shown
     assert "client tools lookup\n" in shown
     assert "approvals    calculator\n" in shown

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from behest.client import BehestClient, is_terminal
+from behest.client import BehestClient, Event, RunCompleted, TextDelta, Unauthenticated, Unavailable
 from tests.certs import CertificateAuthority
 from tests.support import Server, behest, fast_settings, start_server, stop_server
 
@@ -68,10 +68,10 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
             await stop_server(server)
 
 
-def assert_completed_run(events: list[Any], text: str) -> None:
+def assert_completed_run(events: list[Event], text: str) -> None:
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
-    assert is_terminal(events[-1]) and events[-1].HasField("run_completed")
-    assert "".join(e.text_delta.delta for e in events if e.HasField("text_delta")) == text
+    assert events[-1].terminal and isinstance(events[-1].data, RunCompleted)
+    assert "".join(e.data.delta for e in events if isinstance(e.data, TextDelta)) == text
 
 
 # --- the Python client ------------------------------------------------------------------------
@@ -102,9 +102,9 @@ async def test_the_client_with_a_wrong_or_no_token_is_unauthenticated_at_once(
     ca = setup.ca.pem.cert_file
     for token in (wrong, ""):
         async with BehestClient(setup.tls.address, token=token, tls_ca=ca) as client:
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
+            with pytest.raises(Unauthenticated) as refused:
                 _ = [e async for e in client.stream_run("not allowed")]
-        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
         assert not token or token not in str(refused.value)
 
 
@@ -121,9 +121,9 @@ async def test_the_client_with_a_certificate_streams_a_run_over_mtls(setup: Setu
         assert [r.id for r in await client.list_runs()] == [events[0].run_id]
     # Without a certificate the handshake fails: UNAVAILABLE, not retried by a unary call.
     async with BehestClient(setup.mtls.address, tls_ca=setup.ca.pem.cert_file) as client:
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
+        with pytest.raises(Unavailable) as refused:
             await client.list_runs()
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
 
 
 def test_the_client_constructor_checks_its_credentials(tmp_path: Path) -> None:

@@ -15,9 +15,8 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from behest._proto.agent.v1 import run_pb2 as pb
-from behest.client import BehestClient, is_terminal
-from tests.support import kind, script, server_process
+from behest.client import BehestClient, Event, RunOptions
+from tests.support import script, server_process
 
 # A model that streams 80 words, one every 20 ms. A model call cut by a kill is made again
 # after the restart, as the run's next call: the script's next step.
@@ -42,20 +41,20 @@ async def serve(data_dir: Path, port: int) -> AsyncIterator[asyncio.subprocess.P
         yield process
 
 
-def assert_complete_once(events: list[pb.AgentEvent]) -> None:
+def assert_complete_once(events: list[Event]) -> None:
     """1..N without gap or repeat, one run, one terminal event, and it is the last."""
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
     assert len({e.run_id for e in events}) == 1
-    assert kind(events[0]) == "run_started"
-    assert [is_terminal(e) for e in events].count(True) == 1
-    assert kind(events[-1]) == "run_completed"
+    assert events[0].kind == "run_started"
+    assert [e.terminal for e in events].count(True) == 1
+    assert events[-1].kind == "run_completed"
 
 
-async def stream_through_kills(tmp_path: Path, kill_after: set[int]) -> list[pb.AgentEvent]:
+async def stream_through_kills(tmp_path: Path, kill_after: set[int]) -> list[Event]:
     """Stream SLOW through the client; after the client has seen each count of events in
     `kill_after`, SIGKILL the server and start a new one (same data, same port) meanwhile."""
     port = free_port()
-    seen: list[pb.AgentEvent] = []
+    seen: list[Event] = []
     async with contextlib.AsyncExitStack() as servers:
         process = await servers.enter_async_context(serve(tmp_path, port))
         restarts: list[asyncio.Task[asyncio.subprocess.Process]] = []
@@ -68,7 +67,7 @@ async def stream_through_kills(tmp_path: Path, kill_after: set[int]) -> list[pb.
         )
         try:
             async with client:
-                async for event in client.stream_run(SLOW, model="script"):
+                async for event in client.stream_run(SLOW, RunOptions(model="script")):
                     seen.append(event)
                     if len(seen) in kill_after:
                         if restarts:

@@ -16,20 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import grpc.aio
 import pytest
 
-from behest._proto.agent.v1 import common_pb2 as c
-from behest._proto.agent.v1 import run_pb2 as pb
 from behest.client import (
     Approval,
     BehestClient,
     ClientTool,
     Decision,
+    Event,
+    FailedPrecondition,
+    NotFound,
+    PendingCall,
+    PendingCallKind,
+    RunOptions,
+    RunStatus,
+    TextDelta,
     WaitingCall,
-    is_terminal,
 )
-from tests.support import Server, kind, script, server_process
+from tests.support import Server, script, server_process
 
 LOOKUP_SCHEMA = {
     "type": "object",
@@ -66,21 +70,21 @@ class Answers:
         return ClientTool("look a word up", LOOKUP_SCHEMA, run=self.lookup)
 
 
-def text_of(events: list[pb.AgentEvent]) -> str:
+def text_of(events: list[Event]) -> str:
     """The text of the run's last model turn."""
-    last = max(i for i, e in enumerate(events) if kind(e) == "model_started")
-    return "".join(e.text_delta.delta for e in events[last:] if kind(e) == "text_delta")
+    last = max(i for i, e in enumerate(events) if e.kind == "model_started")
+    return "".join(e.data.delta for e in events[last:] if isinstance(e.data, TextDelta))
 
 
-def assert_complete_once(events: list[pb.AgentEvent]) -> None:
+def assert_complete_once(events: list[Event]) -> None:
     """1..N without gap or repeat, one terminal event, last, and it is run_completed."""
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
-    assert [is_terminal(e) for e in events].count(True) == 1
-    assert kind(events[-1]) == "run_completed", events[-1]
+    assert [e.terminal for e in events].count(True) == 1
+    assert events[-1].kind == "run_completed", events[-1]
 
 
-def of_kind(events: list[pb.AgentEvent], name: str) -> list[Any]:
-    return [getattr(e, name) for e in events if kind(e) == name]
+def of_kind(events: list[Event], name: str) -> list[Any]:
+    return [e.data for e in events if e.kind == name]
 
 
 # --- unattended -------------------------------------------------------------------------------
@@ -95,9 +99,11 @@ async def test_the_helper_finishes_a_run_with_an_approval_and_a_client_tool_unat
             e
             async for e in client.stream_run(
                 BOTH_AT_ONCE,
-                model="script",
-                approval_required_tools=["calculator"],
-                client_tools={"lookup": answers.tool()},
+                RunOptions(
+                    model="script",
+                    approval_required_tools=["calculator"],
+                    client_tools={"lookup": answers.tool()},
+                ),
                 approve=answers.approve,
             )
         ]
@@ -110,7 +116,7 @@ async def test_the_helper_finishes_a_run_with_an_approval_and_a_client_tool_unat
         assert asked.expires_at is not None
         assert answers.lookups == [{"word": "behest"}]
         [resolved] = of_kind(events, "approval_resolved")
-        assert resolved.decision == pb.APPROVAL_DECISION_ALLOW
+        assert resolved.decision == Decision.ALLOW
         [answered] = of_kind(events, "client_tool_answered")
         assert (answered.tool_name, answered.is_error, answered.timed_out) == (
             "lookup",
@@ -122,15 +128,19 @@ async def test_the_helper_finishes_a_run_with_an_approval_and_a_client_tool_unat
 
 async def test_create_run_sends_the_waiting_options(server: Server) -> None:
     async with BehestClient(server.address) as client:
-        run_id, _ = await client.create_run(
-            BOTH_AT_ONCE,
-            model="script",
-            client_tools={"lookup": ("look a word up", LOOKUP_SCHEMA)},
-            approval_required_tools=["calculator"],
-            approve_side_effects=True,
-            approval_timeout_s=120,
-            client_tool_timeout_s=60,
-        )
+        run_id = (
+            await client.create_run(
+                BOTH_AT_ONCE,
+                RunOptions(
+                    model="script",
+                    client_tools={"lookup": ("look a word up", LOOKUP_SCHEMA)},
+                    approval_required_tools=["calculator"],
+                    approve_side_effects=True,
+                    approval_timeout_s=120,
+                    client_tool_timeout_s=60,
+                ),
+            )
+        ).run_id
         record = await client.get_run(run_id)
         assert [(t.name, t.description) for t in record.client_tools] == [
             ("lookup", "look a word up")
@@ -153,9 +163,13 @@ async def test_a_denial_and_a_failing_client_tool_reach_the_model_as_plain_error
             e
             async for e in client.stream_run(
                 BOTH_AT_ONCE,
-                model="script",
-                approval_required_tools=["calculator"],
-                client_tools={"lookup": ClientTool("look a word up", LOOKUP_SCHEMA, broken_lookup)},
+                RunOptions(
+                    model="script",
+                    approval_required_tools=["calculator"],
+                    client_tools={
+                        "lookup": ClientTool("look a word up", LOOKUP_SCHEMA, broken_lookup)
+                    },
+                ),
                 approve=answers.approve,
             )
         ]
@@ -165,7 +179,7 @@ async def test_a_denial_and_a_failing_client_tool_reach_the_model_as_plain_error
     assert "lookup: error: lookup failed: no such word in the dictionary" in said
     assert "Traceback" not in said and "LookupError" not in said
     [resolved] = of_kind(events, "approval_resolved")
-    assert (resolved.decision, resolved.reason) == (pb.APPROVAL_DECISION_DENY, "not today")
+    assert (resolved.decision, resolved.reason) == (Decision.DENY, "not today")
     assert of_kind(events, "client_tool_answered")[0].is_error
 
 
@@ -173,28 +187,32 @@ async def test_submitting_answers_by_hand_follows_the_rules_of_the_contract(
     server: Server,
 ) -> None:
     async with BehestClient(server.address) as client:
-        run_id, _ = await client.create_run(
-            BOTH_AT_ONCE,
-            model="script",
-            client_tools={"lookup": ("look a word up", LOOKUP_SCHEMA)},
-            approval_required_tools=["calculator"],
-        )
+        run_id = (
+            await client.create_run(
+                BOTH_AT_ONCE,
+                RunOptions(
+                    model="script",
+                    client_tools={"lookup": ("look a word up", LOOKUP_SCHEMA)},
+                    approval_required_tools=["calculator"],
+                ),
+            )
+        ).run_id
         waiting = await waiting_for(client, run_id, 2)
         assert [(p.call.id, p.kind) for p in waiting] == [
-            ("call_1_1", pb.PENDING_CALL_KIND_APPROVAL),
-            ("call_1_2", pb.PENDING_CALL_KIND_CLIENT_TOOL),
+            ("call_1_1", PendingCallKind.APPROVAL),
+            ("call_1_2", PendingCallKind.CLIENT_TOOL),
         ]
-        assert (await client.get_run(run_id)).status == c.RUN_STATUS_WAITING_FOR_INPUT
+        assert (await client.get_run(run_id)).status == RunStatus.WAITING_FOR_INPUT
 
-        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        with pytest.raises(NotFound) as unknown:
             await client.submit_approvals(run_id, {"call_9_9": Decision.ALLOW})
-        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+        assert unknown.value.code == grpc.StatusCode.NOT_FOUND
         assert await client.submit_approvals(run_id, {"call_1_1": Decision.ALLOW}) == ["call_1_2"]
         # The same answer again is harmless; another one is refused.
         assert await client.submit_approvals(run_id, {"call_1_1": Decision.ALLOW}) == ["call_1_2"]
-        with pytest.raises(grpc.aio.AioRpcError) as otherwise:
+        with pytest.raises(FailedPrecondition) as otherwise:
             await client.submit_approvals(run_id, {"call_1_1": Approval(Decision.DENY, "no")})
-        assert otherwise.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert otherwise.value.code == grpc.StatusCode.FAILED_PRECONDITION
 
         assert await client.submit_tool_results(run_id, {"call_1_2": ("gone", True)}) == []
         events = [e async for e in client.watch(run_id)]
@@ -202,12 +220,12 @@ async def test_submitting_answers_by_hand_follows_the_rules_of_the_contract(
     assert text_of(events) == "calculator: 4\nlookup: error: gone"
 
 
-async def waiting_for(client: BehestClient, run_id: str, count: int) -> list[pb.PendingCall]:
+async def waiting_for(client: BehestClient, run_id: str, count: int) -> list[PendingCall]:
     """Follow the run until `count` requests went by; the calls it waits for then."""
     seen = 0
     async with contextlib.aclosing(client.watch(run_id)) as events:
         async for event in events:
-            seen += kind(event) in ("approval_requested", "client_tool_requested")
+            seen += event.kind in ("approval_requested", "client_tool_requested")
             if seen == count:
                 break
     return await client.pending_calls(run_id)
@@ -224,14 +242,16 @@ async def test_a_fresh_helper_replaying_from_the_start_does_not_ask_again_for_a_
         # The first helper decides the approval, has no function for lookup, and leaves.
         stream = client.stream_run(
             BOTH_AT_ONCE,
-            model="script",
-            approval_required_tools=["calculator"],
-            client_tools={"lookup": ("look a word up", LOOKUP_SCHEMA)},
+            RunOptions(
+                model="script",
+                approval_required_tools=["calculator"],
+                client_tools={"lookup": ("look a word up", LOOKUP_SCHEMA)},
+            ),
             approve=first.approve,
         )
         async with contextlib.aclosing(stream) as first_events:
             async for event in first_events:
-                if kind(event) == "client_tool_requested":
+                if event.kind == "client_tool_requested":
                     run_id = event.run_id
                     break
         assert [a.call_id for a in first.approvals] == ["call_1_1"]
@@ -289,7 +309,7 @@ async def test_the_helper_finishes_a_run_when_the_server_dies_while_the_run_wait
 ) -> None:
     port = free_port()
     answers = Answers()
-    seen: list[pb.AgentEvent] = []
+    seen: list[Event] = []
     async with contextlib.AsyncExitStack() as servers:
         process = await servers.enter_async_context(serve(tmp_path, port))
         restarts: list[asyncio.Task[asyncio.subprocess.Process]] = []
@@ -303,14 +323,16 @@ async def test_the_helper_finishes_a_run_when_the_server_dies_while_the_run_wait
             async with client:
                 stream = client.stream_run(
                     ONE_THEN_THE_OTHER,
-                    model="script",
-                    approval_required_tools=["calculator"],
-                    client_tools={"lookup": answers.tool()},
+                    RunOptions(
+                        model="script",
+                        approval_required_tools=["calculator"],
+                        client_tools={"lookup": answers.tool()},
+                    ),
                     approve=answers.approve,
                 )
                 async for event in stream:
                     seen.append(event)
-                    if kind(event) in ("approval_requested", "client_tool_requested"):
+                    if event.kind in ("approval_requested", "client_tool_requested"):
                         # The run waits; the server dies before the helper answers, and a new
                         # one starts on the same data and port meanwhile.
                         if restarts:

@@ -11,7 +11,8 @@ import pytest
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
-from behest.render import EventPrinter
+from behest.cli.render import EventPrinter
+from behest.client._wire import event_of
 from tests.support import (
     Server,
     collect,
@@ -94,7 +95,7 @@ def test_the_cli_shows_reasoning_apart_from_the_answer() -> None:
         pb.AgentEvent(reasoning_delta=pb.ReasoningDeltaEvent(delta="four")),
         pb.AgentEvent(text_delta=pb.TextDeltaEvent(delta="4")),
     ):
-        printer.render(event)
+        printer.render(event_of(event))
     assert out.getvalue() == "4"
     assert err.getvalue() == "thinking: hmm four\n"
 

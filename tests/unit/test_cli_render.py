@@ -1,4 +1,5 @@
-"""The CLI's rendering of run events and run records, without a server."""
+"""The CLI's rendering of run events and run records, without a server: wire messages read by
+the client's converter, as they arrive from a server, then written by the CLI."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import os
 from typing import Any
 
 from behest._proto.agent.v1 import common_pb2, run_pb2
-from behest.render import EventPrinter, format_output, format_run, format_runs
+from behest.cli import formats
+from behest.cli.render import EventPrinter
+from behest.client import Output, Run
+from behest.client._wire import event_of, output_of, run_of
 
 Payload = dict[str, Any]  # {oneof field name of AgentEvent: its message}
 
@@ -25,7 +29,7 @@ def render(evs: list[run_pb2.AgentEvent]) -> tuple[str, str, EventPrinter]:
     out, err = io.StringIO(), io.StringIO()
     printer = EventPrinter(out, err)
     for event in evs:
-        printer.render(event)
+        printer.render(event_of(event))
     return out.getvalue(), err.getvalue(), printer
 
 
@@ -170,6 +174,20 @@ def record(run_id: str, status: common_pb2.RunStatus.ValueType) -> run_pb2.RunRe
     )
     rec.created_at.FromSeconds(1_700_000_000)
     return rec
+
+
+def format_runs(records: list[run_pb2.RunRecord]) -> str:
+    return formats.format_runs([run_of(r) for r in records])
+
+
+def format_run(record: run_pb2.RunRecord) -> str:
+    run: Run = run_of(record)
+    return formats.format_run(run)
+
+
+def format_output(output: run_pb2.RunOutput) -> str:
+    read: Output = output_of(output)
+    return formats.format_output(read)
 
 
 def test_format_runs_is_an_aligned_table() -> None:

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from behest.cli import build_parser, main
-from behest.client import BehestClient, is_terminal
+from behest.client import BehestClient, RunCompleted, Unauthenticated
 from behest.config import Settings
 from tests.support import start_server, stop_server
 
@@ -89,14 +89,14 @@ async def test_a_server_with_the_printed_table_accepts_the_token(
     try:
         async with BehestClient(server.address, token=token) as client:
             events = [e async for e in client.stream_run("hello with a token")]
-            assert is_terminal(events[-1]) and events[-1].HasField("run_completed")
+            assert events[-1].terminal and isinstance(events[-1].data, RunCompleted)
             assert [r.id for r in await client.list_runs()] == [events[0].run_id]
         wrong = secrets.token_urlsafe(32)
         for other in (wrong, ""):
             async with BehestClient(server.address, token=other) as client:
-                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                with pytest.raises(Unauthenticated) as refused:
                     await client.list_runs()
-            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
             assert token not in str(refused.value)
             assert not other or other not in str(refused.value)
     finally:
@@ -153,7 +153,7 @@ def test_an_unreadable_tls_file_is_an_error_naming_the_file(
 def test_a_token_sent_without_tls_off_loopback_is_warned_about(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from behest.cli import _client
+    from behest.cli.entry import _client
 
     secret = secrets.token_urlsafe(32)
     for address, warned in [

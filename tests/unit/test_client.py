@@ -7,12 +7,11 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-import grpc.aio
 import pytest
 
 from behest._proto.agent.v1 import common_pb2, run_pb2, run_pb2_grpc
 from behest.cli import main
-from behest.client import BehestClient
+from behest.client import BehestClient, CreatedRun, NotFound, Unavailable
 
 RUN_ID = "run-1"
 
@@ -158,18 +157,19 @@ async def test_watch_gives_up_after_the_bounded_attempts(fake: tuple[FakeRuns, s
     servicer, address = fake
     servicer.watch_cuts = [0] * 10
     async with client(address) as c:
-        with pytest.raises(grpc.aio.AioRpcError) as info:
+        with pytest.raises(Unavailable) as info:
             _ = [e async for e in c.watch(RUN_ID)]
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert info.value.message == "server restarting"
     assert len(servicer.watches) == 4  # the first try and 3 reconnects
 
 
 async def test_other_statuses_are_raised_at_once(fake: tuple[FakeRuns, str]) -> None:
     servicer, address = fake
     async with client(address) as c:
-        with pytest.raises(grpc.aio.AioRpcError) as info:
+        with pytest.raises(NotFound) as info:
             _ = [e async for e in c.watch("unknown")]
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert info.value.code == grpc.StatusCode.NOT_FOUND
     assert len(servicer.watches) == 1
 
 
@@ -186,7 +186,7 @@ async def test_create_run_is_retried_with_the_same_request_id(fake: tuple[FakeRu
     servicer, address = fake
     servicer.unavailable_creates = 2
     async with client(address) as c:
-        assert await c.create_run("hi") == (RUN_ID, "sess-1")
+        assert await c.create_run("hi") == CreatedRun(RUN_ID, "sess-1")
     ids = {r.client_request_id for r in servicer.creates}
     assert len(servicer.creates) == 3 and len(ids) == 1 and "" not in ids
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
-from behest.client import TERMINAL_KINDS
+from behest.client import _wire
+from behest.client._events import EVENT_TYPES
 from behest.domain import events as ev
 from behest.domain.runs import FinishReason
 from behest.domain.spend import TokenUsage
@@ -42,8 +43,13 @@ def test_the_client_and_the_converter_agree_on_terminal_events() -> None:
     now = datetime.now(UTC)
     for payload in (ev.RunCompleted(FinishReason.STOP, 1), ev.RunFailed("x"), ev.RunCancelled()):
         event = convert.event(ev.Event(run_id="r", sequence=1, payload=payload, timestamp=now))
-        assert event.WhichOneof("event") in TERMINAL_KINDS
-    assert TERMINAL_KINDS == {"run_completed", "run_failed", "run_cancelled"}
+        assert _wire.event_of(event).terminal
+    terminal = {
+        kind
+        for kind, cls in EVENT_TYPES.items()
+        if _wire.event_of(pb.AgentEvent(**{kind: getattr(pb, f"{cls.__name__}Event")()})).terminal
+    }
+    assert terminal == ev.TERMINAL_KINDS == {"run_completed", "run_failed", "run_cancelled"}
 
 
 async def test_events_stored_under_class_names_are_renamed_by_the_migration(

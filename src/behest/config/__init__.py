@@ -214,8 +214,10 @@ class Settings(BaseSettings):
                 "mode and [tls] cert_file/key_file, listen on 127.0.0.1, or set "
                 "auth.allow_insecure = true if something else protects it"
             )
-        check_http_listen(self)
-        check_exposed(self, "metrics_listen", self.metrics_listen, "read every metric")
+        check_http_listen(self.http_listen, self.auth, self.tls)
+        check_exposed(
+            self.auth, self.tls, "metrics_listen", self.metrics_listen, "read every metric"
+        )
         return self
 
     @classmethod

@@ -4,29 +4,26 @@ only with authentication and TLS, or allow_insecure, as the gRPC port."""
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from behest.config import Settings
+from behest.config.tables import AuthSettings, TlsSettings
 
 
-def check_http_listen(settings: Settings) -> None:
+def check_http_listen(http_listen: str, auth: AuthSettings, tls: TlsSettings) -> None:
     """The inspector's HTTP side: bearer or no authentication, and off loopback only with
     both authentication and TLS (or allow_insecure), as the gRPC port."""
-    if settings.http_listen and settings.auth.mode == "mtls":
+    if http_listen and auth.mode == "mtls":
         raise ValueError(
             "http_listen: the inspector signs in with bearer tokens; auth mode 'mtls' has none"
         )
-    check_exposed(settings, "http_listen", settings.http_listen, "read and run everything")
+    check_exposed(auth, tls, "http_listen", http_listen, "read and run everything")
 
 
-def check_exposed(settings: Settings, key: str, listen: str, could: str) -> None:
+def check_exposed(auth: AuthSettings, tls: TlsSettings, key: str, listen: str, could: str) -> None:
     """A side port (the inspector, /metrics) off loopback only with authentication and TLS,
     or allow_insecure, as the gRPC port."""
-    auth = settings.auth
     if not listen or is_loopback(listen.rpartition(":")[0]) or auth.allow_insecure:
         return
-    if auth.mode == "none" or not settings.tls.enabled:
+    if auth.mode == "none" or not tls.enabled:
         raise ValueError(
             f"{key} {listen!r} is not a loopback address, and the server lacks "
             f"authentication or TLS: anyone who reaches it could {could}. Set "

@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from behest._proto.agent.v1 import run_pb2
-from behest.cli_waits import UsageError
-from behest.client_inputs import RunOptions, attachment, image_url
-from behest.client_waits import WaitOptions
+from behest.cli.waits import UsageError
+from behest.client import ImagePart, Reasoning, ResponseFormat, RunOptions, attachment
 
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
@@ -39,25 +38,30 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     )
 
 
-def run_options(args: argparse.Namespace, waits: WaitOptions) -> RunOptions:
-    """`waits` and the options of `behest run`'s arguments; UsageError names a bad one."""
-    options = RunOptions(**waits)
+def run_options(args: argparse.Namespace, waits: dict[str, Any]) -> RunOptions:
+    """The run's options of `behest run`'s arguments and `waits`; UsageError names a bad one."""
     try:
-        content = [attachment(Path(path)) for path in args.attach]
+        content: list[Any] = [attachment(Path(path)) for path in args.attach]
     except (OSError, ValueError) as exc:
         raise UsageError(f"--attach: {exc}") from None
-    content += [image_url(url) for url in args.image_url]
-    if content:
-        options["content"] = content
+    content += [ImagePart(url=url) for url in args.image_url]
+    response_format = reasoning = None
     if args.response_format:
-        options["response_format"] = run_pb2.ResponseFormat(
-            name=args.response_format_name, json_schema=_schema(args.response_format)
-        )
+        schema = _schema(args.response_format)
+        response_format = ResponseFormat(schema, name=args.response_format_name)
     if args.reasoning_effort or args.thinking_budget:
-        options["reasoning"] = run_pb2.Reasoning(
-            effort=args.reasoning_effort or "", budget_tokens=args.thinking_budget
-        )
-    return options
+        reasoning = Reasoning(args.reasoning_effort or "", args.thinking_budget)
+    return RunOptions(
+        session_id=args.session,
+        provider=args.provider,
+        model=args.model,
+        metadata=args.metadata,
+        tool_choice=args.tool_choice,
+        content=tuple(content),
+        response_format=response_format,
+        reasoning=reasoning,
+        **waits,
+    )
 
 
 def _schema(value: str) -> str:

@@ -17,11 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.message import Message
 
-from behest.client import BehestClient
-from behest.config import Settings
-from behest.render import (
+from behest.cli.formats import (
     EXIT_OK,
     format_event,
     format_message,
@@ -31,6 +28,8 @@ from behest.render import (
     format_tools,
     format_usage,
 )
+from behest.client import BehestClient
+from behest.config import Settings
 
 ClientFactory = Callable[[argparse.Namespace], BehestClient]
 EXIT_ERROR = 2
@@ -207,9 +206,10 @@ async def _print_all(
         first = False
 
 
-def as_json_line(message: Message) -> str:
-    """A message as one line of JSON, with its proto field names."""
-    body = json_format.MessageToDict(message, preserving_proto_field_name=True)
+def as_json_line(item: Any) -> str:
+    """A result as one line of JSON: its wire message (`.raw`) in protobuf's JSON mapping,
+    with the proto field names, the format scripts read."""
+    body = json_format.MessageToDict(item.raw, preserving_proto_field_name=True)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -15,9 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from behest.client import BehestClient
-from behest.client_waits import Approval, ClientTool, Decision, WaitingCall, WaitOptions
-from behest.render import EXIT_OK, format_pending
+from behest.cli.formats import EXIT_OK, format_pending
+from behest.client import Approval, BehestClient, ClientTool, Decision, PendingCall, WaitingCall
 
 # What a denial at the terminal tells the model.
 DENIED_AT_THE_TERMINAL = "denied at the terminal"
@@ -73,8 +72,8 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     )
 
 
-def wait_options(args: argparse.Namespace) -> WaitOptions:
-    """The waiting options of `behest run`'s arguments, for BehestClient.stream_run."""
+def wait_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The waiting options of `behest run`'s arguments, RunOptions' fields by name."""
     client_tools = dict(_client_tool(spec) for spec in args.client_tool)
     for name, value in [
         ("--approval-timeout", args.approval_timeout),
@@ -82,13 +81,13 @@ def wait_options(args: argparse.Namespace) -> WaitOptions:
     ]:
         if not 0 <= value <= MAX_SECONDS:
             raise UsageError(f"{name} must be a number of seconds from 0 to {MAX_SECONDS}")
-    return WaitOptions(
-        client_tools=client_tools,
-        approval_required_tools=list(args.approve_tool),
-        approve_side_effects=args.approve_side_effects,
-        approval_timeout_s=args.approval_timeout,
-        client_tool_timeout_s=args.client_tool_timeout,
-    )
+    return {
+        "client_tools": client_tools,
+        "approval_required_tools": tuple(args.approve_tool),
+        "approve_side_effects": args.approve_side_effects,
+        "approval_timeout_s": args.approval_timeout,
+        "client_tool_timeout_s": args.client_tool_timeout,
+    }
 
 
 def _client_tool(spec: str) -> tuple[str, ClientTool]:
@@ -201,7 +200,7 @@ def _answer(args: argparse.Namespace, client: ClientFactory) -> int:
 
 
 def _pending(args: argparse.Namespace, client: ClientFactory) -> int:
-    async def go() -> list[Any]:
+    async def go() -> list[PendingCall]:
         async with client(args) as behest:
             return await behest.pending_calls(args.run_id)
 
