@@ -3,7 +3,6 @@ proto's, its event types the AgentEvent oneof, and only its converter speaks the
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import enum
 import inspect
@@ -15,6 +14,7 @@ import behest
 import behest.client
 from behest._proto.agent.v1 import common_pb2, run_pb2
 from behest.client._events import EVENT_TYPES
+from tests.unit.test_layers import graph
 
 SRC = Path(behest.__file__).parent
 
@@ -63,29 +63,8 @@ def test_each_event_kind_of_the_wire_has_a_type_with_its_fields() -> None:
         assert getattr(behest.client, cls.__name__) is cls
 
 
-def imports_of(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-    return found
-
-
-def test_only_the_converter_imports_the_generated_code() -> None:
-    for package in ("client", "cli"):
-        for path in sorted((SRC / package).glob("*.py")):
-            wire = {name for name in imports_of(path) if name.startswith("behest._proto")}
-            assert not wire or path == SRC / "client" / "_wire.py", path
-
-
-def test_the_client_imports_no_server_internals() -> None:
-    for path in sorted((SRC / "client").glob("*.py")):
-        behest_imports = {n for n in imports_of(path) if n.startswith("behest")}
-        assert all(n.startswith(("behest.client", "behest._proto")) for n in behest_imports), path
-
-
 def test_the_cli_uses_only_the_public_client() -> None:
-    for path in sorted((SRC / "cli").glob("*.py")):
-        assert not {n for n in imports_of(path) if n.startswith("behest.client.")}, path
+    # Which modules may import the client and the generated code at all: tests/unit/test_layers.py.
+    for module, targets in graph().items():
+        if module == "behest.cli" or module.startswith("behest.cli."):
+            assert not {t for t in targets if t.startswith("behest.client.")}, module

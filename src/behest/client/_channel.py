@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 from pathlib import Path
 
 import grpc
+
+from behest.backoff import backoff_s
 
 FilePath = str | os.PathLike[str]
 # What a bearer token may hold: visible ASCII (gRPC refuses other header bytes).
@@ -60,7 +61,6 @@ class Backoff:
         """Wait before attempt `attempt + 1`; False (no wait) once the attempts are used up."""
         if attempt >= self.attempts:
             return False
-        delay = min(self._max_s, self._base_s * 2**attempt)
-        # Jitter keeps many clients of a restarted server from reconnecting in step.
-        await asyncio.sleep(random.uniform(delay / 2, delay))
+        # behest's one backoff (full jitter): many clients of a restarted server spread out.
+        await asyncio.sleep(backoff_s(attempt + 1, initial_s=self._base_s, max_s=self._max_s))
         return True
