@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from behest._proto.agent.v1 import run_pb2 as pb
-from behest.observability.telemetry import traceparent_in
+from behest.observability.trace_context import traceparent_in
 from tests.support import Server, collect, create_request, kind, script
 
 HEX32 = re.compile(r"[0-9a-f]{32}")

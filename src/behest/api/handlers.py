@@ -25,13 +25,11 @@ from behest.api.auth import current_caller
 from behest.api.status import status_of
 from behest.errors import BehestError
 from behest.observability.metrics import Attributes, Metrics
-from behest.observability.telemetry import (
+from behest.observability.telemetry import current, failed, tracer
+from behest.observability.trace_context import (
     context_from_traceparent,
-    current,
     current_trace_ids,
-    failed,
     traceparent_in,
-    tracer,
 )
 
 log = logging.getLogger(__name__)

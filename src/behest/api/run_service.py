@@ -15,7 +15,7 @@ from behest.api.fields import uuid_field
 from behest.api.queries import events_query, run_query
 from behest.api.requests import run_request
 from behest.domain.waits import WaitKind
-from behest.observability.telemetry import traceparent_in
+from behest.observability.trace_context import traceparent_in
 from behest.runs.operations import Operations
 
 

@@ -13,7 +13,7 @@ from typing import Protocol
 from behest.domain.events import Event, Payload
 from behest.domain.spend import FailureCode
 from behest.errors import Fenced, RunStopped, StorageFault
-from behest.observability.telemetry import current_trace_ids
+from behest.observability.trace_context import current_trace_ids
 from behest.store.base import AppendEvent, Fence, Store, Write
 
 

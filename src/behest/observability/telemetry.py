@@ -18,15 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import threading
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
@@ -34,10 +32,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from behest import __version__
-from behest.domain.messages import Message, Role, ToolCall
 from behest.errors import BehestError, describe
 from behest.observability.metrics import Metrics
 
@@ -48,14 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PROPAGATOR = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
 T = TypeVar("T")
 
 GRPC = "grpc"
 HTTP = "http/protobuf"
-# Message content in a span attribute (trace_content) is cut to this many characters.
-MAX_CONTENT_CHARS = 32_768
 # How long stop() waits for buffered spans and metrics to be exported.
 FLUSH_TIMEOUT_MS = 10_000
 
@@ -326,71 +319,3 @@ def mark_error(on: trace.Span, description: str, error_type: str) -> None:
     """Status ERROR with `description`, and the GenAI/OTel `error.type` attribute."""
     on.set_status(Status(StatusCode.ERROR, description))
     on.set_attribute("error.type", error_type)
-
-
-def content(text: str) -> str:
-    """Message content for a span attribute (trace_content on), cut to MAX_CONTENT_CHARS."""
-    return text if len(text) <= MAX_CONTENT_CHARS else text[:MAX_CONTENT_CHARS] + "…"
-
-
-def messages_content(messages: Sequence[Message]) -> str:
-    """Messages as GenAI `gen_ai.input.messages` JSON: role, text, tool calls and results."""
-    return content(json.dumps([_message(m) for m in messages], ensure_ascii=False))
-
-
-def output_content(text: str, calls: Iterable[ToolCall]) -> str:
-    """A model's answer as GenAI `gen_ai.output.messages` JSON."""
-    parts: list[dict[str, str]] = [{"type": "text", "content": text}] if text else []
-    parts += [_call_part(c) for c in calls]
-    return content(json.dumps([{"role": "assistant", "parts": parts}], ensure_ascii=False))
-
-
-def _message(message: Message) -> dict[str, Any]:
-    parts: list[dict[str, str]] = []
-    if message.role == Role.TOOL:
-        parts.append(
-            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.text}
-        )
-    elif message.text:
-        parts.append({"type": "text", "content": message.text})
-    parts += [_call_part(c) for c in message.tool_calls]
-    return {"role": str(message.role), "parts": parts}
-
-
-def _call_part(call: ToolCall) -> dict[str, str]:
-    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
-
-
-# --- trace context -------------------------------------------------------------------------
-
-
-def traceparent_in(metadata: Iterable[tuple[str, str | bytes]]) -> str:
-    """The `traceparent` of request metadata: "" if none, or more than one (W3C trace
-    context: several traceparent headers are invalid, so a new trace starts)."""
-    sent = [value for key, value in metadata if key == "traceparent"]
-    return sent[0] if len(sent) == 1 and isinstance(sent[0], str) else ""
-
-
-def context_from_traceparent(traceparent: str) -> otel_context.Context | None:
-    """The parent context a W3C `traceparent` header names, or None if absent or invalid."""
-    if not traceparent:
-        return None
-    ctx = _PROPAGATOR.extract({"traceparent": traceparent})
-    if not trace.get_current_span(ctx).get_span_context().is_valid:
-        return None
-    return ctx
-
-
-def traceparent_of(span: trace.Span) -> str:
-    """The W3C `traceparent` of a span, to continue its trace later (e.g. after a restart)."""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
-    return carrier.get("traceparent", "")
-
-
-def current_trace_ids() -> tuple[str, str]:
-    """(trace_id, span_id) of the current span as lowercase hex, or empty strings."""
-    ctx = trace.get_current_span().get_span_context()
-    if not ctx.is_valid:
-        return "", ""
-    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from behest.domain.runs import CreatedRun, Run, RunRequest
 from behest.errors import StorageFault, Unavailable
 from behest.events.log import CommitUncertain, EventLog
-from behest.observability.telemetry import context_from_traceparent, traceparent_of
+from behest.observability.trace_context import context_from_traceparent, traceparent_of
 from behest.runs.start import first_step
 from behest.store.base import NewRun, Store, Write
 

@@ -37,7 +37,8 @@ from behest.errors import (
 )
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
-from behest.observability.telemetry import Telemetry, context_from_traceparent, tracer
+from behest.observability.telemetry import Telemetry, tracer
+from behest.observability.trace_context import context_from_traceparent
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
 from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun

@@ -27,12 +27,8 @@ from behest.errors import (
 )
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
-from behest.observability.telemetry import (
-    Telemetry,
-    bind,
-    context_from_traceparent,
-    current,
-)
+from behest.observability.telemetry import Telemetry, bind, current
+from behest.observability.trace_context import context_from_traceparent
 from behest.runs.builder import LoopBuilder
 from behest.runs.cancelling import CANCEL_WAIT_S, Cancelling
 from behest.runs.chores import Chores

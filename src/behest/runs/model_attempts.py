@@ -17,7 +17,8 @@ from behest.domain.runs import Run, RunStatus, ToolChoice
 from behest.errors import TransientProviderError
 from behest.events.run_log import RunLog
 from behest.observability.metrics import ModelCall
-from behest.observability.telemetry import current, messages_content, output_content, span
+from behest.observability.span_content import messages_content, output_content
+from behest.observability.telemetry import current, span
 from behest.providers.base import ModelRequest, Provider
 from behest.providers.config import ProviderConfig
 from behest.providers.guard import guarded_stream

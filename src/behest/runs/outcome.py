@@ -12,7 +12,7 @@ from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode
 from behest.errors import BehestError
 from behest.events.run_log import RunLog
-from behest.observability.telemetry import current_trace_ids
+from behest.observability.trace_context import current_trace_ids
 from behest.runs.builder import LoopBuilder
 from behest.runs.ending import Ending
 from behest.runs.owned import OwnedRun

@@ -22,7 +22,8 @@ from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import RunStatus
 from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
-from behest.observability.telemetry import content, current, mark_error, span
+from behest.observability.span_content import content
+from behest.observability.telemetry import current, mark_error, span
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import AppendMessage
