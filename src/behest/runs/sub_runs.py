@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
-from jsonschema import Draft202012Validator
-
 from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall, ToolDefinition
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
@@ -33,7 +31,7 @@ from behest.runs.stream import follow
 from behest.store.base import Store
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
-from behest.tools.registry import check_arguments
+from behest.tools.registry import ToolRegistry
 
 SPAWN_TOOL = "spawn_agent"
 SCHEMA: dict[str, Any] = {
@@ -86,7 +84,6 @@ class SubRuns:
         self.limits = limits
         self._check_model = check_model
         self._tool_names = tool_names
-        self._validator = Draft202012Validator(SCHEMA)
         self.spawner: Spawner | None = None  # the executor, once it exists (app.py)
 
     def offered_to(self, run: Run) -> bool:
@@ -109,7 +106,7 @@ class SubRuns:
     ) -> tuple[ToolResult, Run | None]:
         """Start (or find) the call's child run and wait for its end; the call's result, and
         the child as it ended. `started`: the parent's spawn calls so far, this one included."""
-        arguments, problem = check_arguments(call, self._validator)
+        arguments, problem = ToolRegistry.check_against(call, SCHEMA)
         if problem:
             return ToolResult(problem, is_error=True), None
         if started > self.limits.max_children:

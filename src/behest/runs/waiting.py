@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from behest.domain import events as ev
 from behest.domain.messages import ToolCall, ToolDefinition
 from behest.domain.runs import Run, RunStatus
@@ -29,7 +27,7 @@ from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import ExpireCalls, ReleaseRun, RequestInput, Store
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
-from behest.tools.registry import ToolRegistry, check_arguments
+from behest.tools.registry import ToolRegistry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +69,6 @@ class Waits:
         self._progress = progress
         options = run.waits
         self._client = {t.name: t for t in options.client_tools}
-        self._validators: dict[str, Draft202012Validator] = {}
         self._approved_by_run = frozenset(options.approval_required_tools)
         self._approval_s = options.approval_timeout_s or policy.approval_timeout_s
         self._client_s = options.client_tool_timeout_s or policy.client_tool_timeout_s
@@ -150,11 +147,8 @@ class Waits:
 
     def _invalid(self, call: ToolCall) -> str:
         """Why a client tool call's arguments do not fit its schema ("" when they do)."""
-        validator = self._validators.get(call.name)
-        if validator is None:
-            schema: dict[str, Any] = self._client[call.name].parameters_schema
-            validator = self._validators[call.name] = Draft202012Validator(schema)
-        return check_arguments(call, validator)[1]
+        schema: dict[str, Any] = self._client[call.name].parameters_schema
+        return self._tools.check_against(call, schema)[1]
 
     def _pending(
         self, call: ToolCall, kind: WaitKind, ordinal: int, now: datetime, expires: datetime

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +19,8 @@ from behest.tools.output import truncate
 
 # A tool call's arguments, as a model sends them; more is an error result, not a parse.
 MAX_ARGUMENT_BYTES = 1024 * 1024
+# Argument validators kept, one per schema (the registry's tools, client tools, spawn_agent).
+VALIDATORS_KEPT = 1024
 # Where a tool came from (ToolRegistry.source).
 BUILTIN, PLUGIN, MCP = "builtin", "plugin", "mcp"
 
@@ -39,7 +43,6 @@ class ToolRegistry:
         settings' approval_required_tools), besides those whose definition asks for one."""
         self._approval_required = frozenset(approval_required)
         self._tools: dict[str, Tool] = {}
-        self._validators: dict[str, Draft202012Validator] = {}
         self._sources: dict[str, str] = {}
         for tool in tools:
             self.add(tool, source=source)
@@ -53,7 +56,6 @@ class ToolRegistry:
         except SchemaError as exc:
             raise ValueError(f"tool {tool.name!r} has an invalid schema: {exc.message}") from None
         self._tools[tool.name] = tool
-        self._validators[tool.name] = Draft202012Validator(tool.parameters_schema)
         self._sources[tool.name] = source
 
     def names(self) -> list[str]:
@@ -96,7 +98,13 @@ class ToolRegistry:
         return ToolResult(truncate(result.text), result.is_error)
 
     def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str]:
-        return check_arguments(call, self._validators[call.name])
+        return self.check_against(call, self._tools[call.name].parameters_schema)
+
+    @staticmethod
+    def check_against(call: ToolCall, schema: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """A call's arguments parsed (bounded) and checked against `schema` — a registered
+        tool's, a client tool's, spawn_agent's — whose validator is made once (one cache)."""
+        return _check(call, _validator(json.dumps(schema, sort_keys=True)))
 
     def requires_approval(self, name: str) -> bool:
         """Whether every call of the tool needs an approval: its definition or the settings
@@ -106,8 +114,13 @@ class ToolRegistry:
         return bool(getattr(self._tools.get(name), "requires_approval", False))
 
 
-def check_arguments(call: ToolCall, validator: Draft202012Validator) -> tuple[dict[str, Any], str]:
-    """A call's arguments parsed (bounded) and checked against its tool's schema; or why not."""
+@functools.lru_cache(maxsize=VALIDATORS_KEPT)
+def _validator(schema_json: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads(schema_json))
+
+
+def _check(call: ToolCall, validator: Draft202012Validator) -> tuple[dict[str, Any], str]:
+    """A call's arguments parsed (bounded) and checked by `validator`; or why not."""
     try:
         arguments = bounded_json.parse(call.arguments or "{}", max_bytes=MAX_ARGUMENT_BYTES)
     except bounded_json.JsonRefused as exc:
