@@ -37,7 +37,8 @@ from behest.events.run_log import RunLog
 from behest.observability.telemetry import context_from_traceparent, tracer
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
-from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun
+from behest.store.base import Store
+from behest.store.writes import AppendMessage, DeleteSnapshot, UpdateRun
 
 log = logging.getLogger(__name__)
 

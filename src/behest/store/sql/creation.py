@@ -21,7 +21,11 @@ from sqlalchemy.exc import IntegrityError
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunStatus
 from behest.domain.spend import FailureCode
 from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
-from behest.store.base import (
+from behest.store.sql import rows
+from behest.store.sql import tables as t
+from behest.store.sql.single_statement import OneStatement, one_statement
+from behest.store.sql.writes import apply_writes, notifications
+from behest.store.writes import (
     AppendEvent,
     AppendMessage,
     BatchResult,
@@ -30,10 +34,6 @@ from behest.store.base import (
     PutSnapshot,
     Write,
 )
-from behest.store.sql import rows
-from behest.store.sql import tables as t
-from behest.store.sql.single_statement import OneStatement, one_statement
-from behest.store.sql.writes import apply_writes, notifications
 
 INSERT_SESSIONS = sa.insert(t.sessions)
 INSERT_RUNS = sa.insert(t.runs)

@@ -23,14 +23,7 @@ from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
 from behest.errors import Fenced, StorageFault
-from behest.store.base import (
-    BatchResult,
-    Fence,
-    NewRun,
-    NodeRecord,
-    Renewal,
-    Write,
-)
+from behest.store.base import NodeRecord, Renewal
 from behest.store.sql import channel, erasure, leases, rows, sessions, spend, waits
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
@@ -46,6 +39,7 @@ from behest.store.sql.engine import AsyncWriter, ConnectionLost, Engines, create
 from behest.store.sql.faults import fault_of
 from behest.store.sql.single_statement import OneStatement
 from behest.store.sql.writes import TERMINAL, apply_writes, notifications, upsert
+from behest.store.writes import BatchResult, Fence, NewRun, Write
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Batches of at most this many rows are written as small transactions (Writer.write_small);

@@ -15,7 +15,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from behest.domain.events import Event
 from behest.domain.runs import RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.store.base import (
+from behest.store.sql import channel, rows
+from behest.store.sql import tables as t
+from behest.store.writes import (
     AppendEvent,
     AppendMessage,
     ClearToolResults,
@@ -29,8 +31,6 @@ from behest.store.base import (
     UpdateRun,
     Write,
 )
-from behest.store.sql import channel, rows
-from behest.store.sql import tables as t
 
 TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
 
