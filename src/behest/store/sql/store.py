@@ -35,8 +35,9 @@ from behest.store.sql.creation import (
     get_run,
     is_fresh,
 )
-from behest.store.sql.engine import AsyncWriter, ConnectionLost, Engines, create_engines
+from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.faults import fault_of
+from behest.store.sql.postgres_writer import AsyncWriter, ConnectionLost
 from behest.store.sql.single_statement import OneStatement
 from behest.store.sql.writes import TERMINAL, apply_writes, notifications, upsert
 from behest.store.writes import BatchResult, Fence, NewRun, Write
