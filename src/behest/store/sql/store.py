@@ -24,7 +24,7 @@ from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
 from behest.errors import Fenced, StorageFault
 from behest.store.base import NodeRecord, Renewal
-from behest.store.sql import channel, erasure, leases, rows, sessions, spend, waits
+from behest.store.sql import channel_payloads, erasure, leases, rows, sessions, spend, waits
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
@@ -481,7 +481,7 @@ def _apply_batch(
         # Fresh creations' first steps are in `plain`; checked ones' are in their results.
         firsts = (write for r in results if isinstance(r, tuple) for write in r[1])
         for name, payload in notifications(node, itertools.chain(plain, firsts)):
-            channel.notify(conn, name, payload)
+            channel_payloads.notify(conn, name, payload)
     return results
 
 
@@ -498,7 +498,9 @@ def _request_cancel(
 ) -> bool:
     unfinished = leases.request_cancel(conn, run_id, cancel, now=now)
     if unfinished and node and conn.dialect.name == "postgresql":
-        channel.notify(conn, channel.SIGNALS, channel.signal_payload(node, "cancel", run_id))
+        channel_payloads.notify(
+            conn, channel_payloads.SIGNALS, channel_payloads.signal_payload(node, "cancel", run_id)
+        )
     return unfinished
 
 
