@@ -24,7 +24,16 @@ from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
 from behest.errors import Fenced, StorageFault
 from behest.store.base import NodeRecord, Renewal
-from behest.store.sql import channel_payloads, erasure, leases, rows, sessions, spend, waits
+from behest.store.sql import (
+    channel_payloads,
+    erasure,
+    leases,
+    rows,
+    run_rows,
+    sessions,
+    spend,
+    waits,
+)
 from behest.store.sql import tables as t
 from behest.store.sql.creation import (
     INSERT_RUNS,
@@ -147,7 +156,7 @@ class SqlStore:
         query = query.order_by(t.runs.c.created_at.desc(), t.runs.c.id.desc())
         async with self.engines.reader.connect() as conn:
             result = await conn.execute(query.limit(limit).offset(offset))
-            return [rows.run_from_row(row) for row in result]
+            return [run_rows.run_from_row(row) for row in result]
 
     async def unfinished_runs(self) -> list[Run]:
         query = (
@@ -156,19 +165,19 @@ class SqlStore:
             .order_by(t.runs.c.created_at, t.runs.c.id)
         )
         async with self.engines.reader.connect() as conn:
-            return [rows.run_from_row(row) for row in await conn.execute(query)]
+            return [run_rows.run_from_row(row) for row in await conn.execute(query)]
 
     async def child_runs(self, parent_run_id: str) -> list[Run]:
         """Every sub-agent run `parent_run_id` started (ended or not), oldest first."""
         async with self.engines.reader.connect() as conn:
             result = await conn.execute(CHILD_RUNS, {"b_parent": parent_run_id})
-            return [rows.run_from_row(row) for row in result]
+            return [run_rows.run_from_row(row) for row in result]
 
     async def resumable_runs(self, *, now: datetime) -> list[Run]:
         """Unfinished runs but the WAITING_FOR_INPUT ones still waiting, oldest first."""
         async with self.engines.reader.connect() as conn:
             result = await conn.execute(waits.RESUMABLE_RUNS, {"b_now": now})
-            return [rows.run_from_row(row) for row in result]
+            return [run_rows.run_from_row(row) for row in result]
 
     # --- runs that wait -----------------------------------------------------------------
 
