@@ -22,7 +22,7 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.app import App
 from behest.config import Settings
-from behest.store.sql.store import MIGRATIONS
+from behest.store.sql.migrate import MIGRATIONS
 
 POSTGRES_URL = os.environ.get("BEHEST_TEST_POSTGRES_URL", "")
 # Set by .ci/run: there a missing PostgreSQL fails the PostgreSQL tests instead of skipping them.

@@ -16,8 +16,8 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest.app import App
 from behest.domain.runs import RunRequest
 from behest.errors import FailedPrecondition
-from behest.store.base import NewRun
 from behest.store.sql.store import SqlStore
+from behest.store.writes import NewRun
 from tests.support import (
     Server,
     collect,

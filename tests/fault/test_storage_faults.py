@@ -30,7 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
-from behest.store.sql.engine import WAL_SIZE_LIMIT_BYTES
+from behest.store.sql.sqlite_writer import WAL_SIZE_LIMIT_BYTES
 from tests.fault.history import TERMINAL
 from tests.support import CI, Server, create_request, fast_settings, kind, start_server, stop_server
 

@@ -14,7 +14,8 @@ from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunSta
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import TokenUsage
 from behest.runs import start
-from behest.store.base import AppendEvent, NewRun, Store, UpdateRun, Write
+from behest.store.base import Store
+from behest.store.writes import AppendEvent, NewRun, UpdateRun, Write
 
 TENANT = "test-tenant"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -9,8 +9,8 @@ from behest.domain.events import RunCompleted, TextDelta
 from behest.domain.messages import Role
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import TokenUsage
-from behest.store.base import AppendEvent, AppendMessage, DeleteSnapshot, PutSnapshot
 from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendEvent, AppendMessage, DeleteSnapshot, PutSnapshot
 from tests.store.helpers import (
     create,
     event,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from behest.domain.runs import CreatedRun, RunStatus
 from behest.errors import Aborted, NotFound
-from behest.store.base import NewRun
 from behest.store.sql.store import SqlStore
+from behest.store.writes import NewRun
 from tests.store import helpers
 from tests.store.helpers import (
     TRACE_ID,

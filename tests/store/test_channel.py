@@ -1,4 +1,5 @@
-"""Cross-replica notifications (store/sql/channel.py): payloads, and a Channel on PostgreSQL.
+"""Cross-replica notifications: payloads (store/sql/channel_payloads.py), and a Channel on
+PostgreSQL (store/sql/channel.py).
 
 The PostgreSQL tests share the session's database, and so both channels, with every other
 test: each names its own nodes and runs, and counts only what concerns its runs.
@@ -20,14 +21,12 @@ from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from behest.store.sql.channel import (
+from behest.store.sql.channel import FIRST_CONNECT_WAIT_S, Channel, connect_args
+from behest.store.sql.channel_payloads import (
     EVENTS,
-    FIRST_CONNECT_WAIT_S,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     SIGNALS,
-    Channel,
-    connect_args,
     decode_events,
     decode_signal,
     events_payloads,

@@ -13,9 +13,9 @@ from behest.domain.messages import Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.waits import PendingCall, WaitKind
 from behest.errors import FailedPrecondition, NotFound, quote
-from behest.store.base import AppendMessage, PutSnapshot, ReleaseRun, RequestInput
 from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendMessage, PutSnapshot, ReleaseRun, RequestInput
 from tests.store.conftest import OpenStore
 from tests.store.helpers import (
     TENANT,

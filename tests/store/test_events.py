@@ -12,8 +12,8 @@ from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
-from behest.store.base import AppendEvent
 from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendEvent
 from tests.store.helpers import SPAN_ID, TRACE_ID, create, event, events, new_id
 
 EVERY_KIND: list[ev.Payload] = [

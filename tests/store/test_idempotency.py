@@ -17,8 +17,8 @@ from behest.domain.messages import Role
 from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
 from behest.errors import AlreadyExists
 from behest.events.log import EventLog
-from behest.store.base import Write
 from behest.store.sql.store import SqlStore
+from behest.store.writes import Write
 from tests.store.conftest import OpenStore
 from tests.store.helpers import TENANT, create, finish, new_id, new_run, real_first_step, request
 

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from behest.domain.runs import Cancel, RunStatus
 from behest.domain.spend import CancelSource
 from behest.errors import FailedPrecondition, Fenced
-from behest.store.base import Fence, NodeRecord, Renewal
+from behest.store.base import NodeRecord, Renewal
 from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
+from behest.store.writes import Fence
 from tests.store.conftest import OpenStore
 from tests.store.helpers import at, create, events, finish, new_id, update
 

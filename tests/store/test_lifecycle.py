@@ -11,9 +11,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from behest.errors import Aborted
-from behest.store.base import AppendEvent
 from behest.store.sql import tables as t
-from behest.store.sql.store import MIGRATIONS, SqlStore
+from behest.store.sql.migrate import MIGRATIONS
+from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendEvent
 from tests.store.conftest import OpenStore
 from tests.store.helpers import (
     create,

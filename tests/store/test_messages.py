@@ -6,8 +6,8 @@ import random
 from dataclasses import replace
 
 from behest.domain.messages import Role, ToolCall
-from behest.store.base import AppendMessage
 from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendMessage
 from tests.store.helpers import create, finish, message, request
 
 

@@ -4,8 +4,8 @@ counts; a session by id (whichever tenant's); a transcript's pages by position."
 from __future__ import annotations
 
 from behest.domain.runs import RunStatus
-from behest.store.base import AppendMessage
 from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendMessage
 from tests.store.helpers import at, create, finish, message, new_id, request
 
 

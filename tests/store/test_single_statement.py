@@ -22,12 +22,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from behest.domain.runs import CreatedRun
-from behest.store.base import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 from behest.store.sql import rows
 from behest.store.sql import tables as t
 from behest.store.sql.creation import fresh_rows
 from behest.store.sql.single_statement import OneStatement, one_statement
 from behest.store.sql.store import SqlStore
+from behest.store.writes import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 from tests.store.helpers import new_run, real_first_step, request
 from tests.support import CI, NO_POSTGRES, POSTGRES_URL
 

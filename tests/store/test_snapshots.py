@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from behest.domain.runs import RunStatus
 from behest.domain.spend import TokenUsage
-from behest.store.base import DeleteSnapshot, PutSnapshot
 from behest.store.sql.store import SqlStore
+from behest.store.writes import DeleteSnapshot, PutSnapshot
 from tests.store.helpers import TENANT, create, events, new_id, snapshot
 
 

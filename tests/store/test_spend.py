@@ -14,8 +14,8 @@ import pytest
 from behest.domain.runs import Run, RunRequest, RunStatus
 from behest.domain.spend import DailyUsage, FailureCode, Money, RunBudget, TokenUsage
 from behest.errors import InvalidArgument
-from behest.store.base import PutSnapshot, UpdateRun
 from behest.store.sql.store import SqlStore
+from behest.store.writes import PutSnapshot, UpdateRun
 from tests.store.helpers import TENANT, at, create, new_id, snapshot
 from tests.support import sqlite_at_revision
 

@@ -6,8 +6,8 @@ import dataclasses
 
 from behest.domain.output import ResponseFormat
 from behest.domain.runs import RunStatus
-from behest.store.base import SetRunOutput
 from behest.store.sql.store import SqlStore
+from behest.store.writes import SetRunOutput
 from tests.store.helpers import create, finish, request, update
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}

@@ -20,8 +20,9 @@ from behest.domain.waits import (
     WaitOptions,
 )
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound
-from behest.store.base import ExpireCalls, ReleaseRun, RequestInput, Store
+from behest.store.base import Store
 from behest.store.sql.store import SqlStore
+from behest.store.writes import ExpireCalls, ReleaseRun, RequestInput
 from tests.store.conftest import OpenStore
 from tests.store.helpers import at, create, finish, new_id, request, update
 

@@ -25,7 +25,8 @@ from behest.events.run_log import RunLog
 from behest.events.tail import RecentEvents
 from behest.observability.metrics import Metrics
 from behest.observability.telemetry import current
-from behest.store.base import AppendEvent, BatchResult, NewRun, Store, Write
+from behest.store.base import Store
+from behest.store.writes import AppendEvent, BatchResult, NewRun, Write
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from behest.domain.events import Event, Payload
 from behest.domain.spend import FailureCode
 from behest.errors import Fenced, RunStopped, StorageFault
 from behest.observability.trace_context import current_trace_ids
-from behest.store.base import AppendEvent, Fence, Store, Write
+from behest.store.base import Store
+from behest.store.writes import AppendEvent, Fence, Write
 
 
 class Steps(Protocol):

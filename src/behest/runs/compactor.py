@@ -20,7 +20,8 @@ from behest.events.run_log import RunLog
 from behest.observability.telemetry import current
 from behest.runs import compaction
 from behest.runs.summariser import Summary
-from behest.store.base import AppendMessage, ClearToolResults, Store, Write
+from behest.store.base import Store
+from behest.store.writes import AppendMessage, ClearToolResults, Write
 
 Summarise = Callable[[Sequence[Message]], Awaitable[Summary]]
 

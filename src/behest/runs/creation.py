@@ -19,7 +19,8 @@ from behest.errors import StorageFault, Unavailable
 from behest.events.log import CommitUncertain, EventLog
 from behest.observability.trace_context import context_from_traceparent, traceparent_of
 from behest.runs.start import first_step
-from behest.store.base import NewRun, Store, Write
+from behest.store.base import Store
+from behest.store.writes import NewRun, Write
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from behest.observability.telemetry import Telemetry, tracer
 from behest.observability.trace_context import context_from_traceparent
 from behest.runs.progress import RunProgress
 from behest.runs.transcript import closing_results
-from behest.store.base import AppendMessage, DeleteSnapshot, Store, UpdateRun
+from behest.store.base import Store
+from behest.store.writes import AppendMessage, DeleteSnapshot, UpdateRun
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,8 @@ from behest.runs.outcome import outcome
 from behest.runs.owned import Held, OwnedRun
 from behest.runs.start import initial_snapshot
 from behest.runs.waiting import Waiting
-from behest.store.base import AppendMessage, NewRun, NodeRecord, Renewal, Store
+from behest.store.base import NodeRecord, Renewal, Store
+from behest.store.writes import AppendMessage, NewRun
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from behest.runs.sub_runs import SPAWN_TOOL, SubRuns
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
-from behest.store.base import AppendMessage, SetRunOutput, Store
+from behest.store.base import Store
+from behest.store.writes import AppendMessage, SetRunOutput
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 

@@ -16,7 +16,8 @@ from behest.domain.runs import FinishReason, Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, Prices, TokenUsage
 from behest.runs.compactor import Compacted
-from behest.store.base import PutSnapshot, Store, UpdateRun, Write
+from behest.store.base import Store
+from behest.store.writes import PutSnapshot, UpdateRun, Write
 
 
 class RunProgress:

@@ -11,7 +11,7 @@ from behest.domain.messages import Message, Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import TokenUsage
-from behest.store.base import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
+from behest.store.writes import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 
 
 def run_started(run: Run, content: tuple[ContentPart, ...] = ()) -> ev.RunStarted:

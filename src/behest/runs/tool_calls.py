@@ -26,7 +26,7 @@ from behest.observability.span_content import content
 from behest.observability.telemetry import current, mark_error, span
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
-from behest.store.base import AppendMessage
+from behest.store.writes import AppendMessage
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 

@@ -24,7 +24,8 @@ from behest.domain.waits import Decision, PendingCall, WaitKind
 from behest.events.run_log import RunLog
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
-from behest.store.base import ExpireCalls, ReleaseRun, RequestInput, Store
+from behest.store.base import Store
+from behest.store.writes import ExpireCalls, ReleaseRun, RequestInput
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
 from behest.tools.registry import ToolRegistry

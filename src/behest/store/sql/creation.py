@@ -21,7 +21,11 @@ from sqlalchemy.exc import IntegrityError
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunStatus
 from behest.domain.spend import FailureCode
 from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
-from behest.store.base import (
+from behest.store.sql import rows, run_rows
+from behest.store.sql import tables as t
+from behest.store.sql.single_statement import OneStatement, one_statement
+from behest.store.sql.writes import apply_writes, notifications
+from behest.store.writes import (
     AppendEvent,
     AppendMessage,
     BatchResult,
@@ -30,10 +34,6 @@ from behest.store.base import (
     PutSnapshot,
     Write,
 )
-from behest.store.sql import rows
-from behest.store.sql import tables as t
-from behest.store.sql.single_statement import OneStatement, one_statement
-from behest.store.sql.writes import apply_writes, notifications
 
 INSERT_SESSIONS = sa.insert(t.sessions)
 INSERT_RUNS = sa.insert(t.runs)
@@ -75,7 +75,7 @@ def fresh_rows(new: NewRun) -> tuple[dict[str, Any], dict[str, Any], CreatedRun,
     (a new session, no key): the caller inserts them with the rest of its batch."""
     session = session_row(new, str(uuid.uuid4()))
     run = run_row(new, session["id"])
-    created = CreatedRun(rows.run_from_values(run), created=True)
+    created = CreatedRun(run_rows.run_from_values(run), created=True)
     return session, run, created, new.first_step(created.run, 0)
 
 
@@ -163,7 +163,7 @@ def _create(conn: Connection, new: NewRun) -> CreatedRun:
         conn.execute(INSERT_SESSIONS, session_row(new, session_id))
     values = run_row(new, session_id)
     conn.execute(INSERT_RUNS, values)
-    return CreatedRun(rows.run_from_values(values), created=True)
+    return CreatedRun(run_rows.run_from_values(values), created=True)
 
 
 def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
@@ -192,7 +192,7 @@ def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
 
 def get_run(conn: Connection, run_id: str) -> Run | None:
     row = (conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id))).first()
-    return None if row is None else rows.run_from_row(row)
+    return None if row is None else run_rows.run_from_row(row)
 
 
 def next_position(conn: Connection, session_id: str) -> int:
@@ -254,8 +254,8 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         "allow_sub_agents": request.allow_sub_agents,
         "parent_run_id": request.parent_run_id or None,
         "depth": request.depth,
-        **rows.waits_to_columns(request.waits),
-        **rows.budget_to_columns(request.budget),
-        **rows.response_format_to_columns(request.response_format),
-        **rows.reasoning_to_columns(request.reasoning),
+        **run_rows.waits_to_columns(request.waits),
+        **run_rows.budget_to_columns(request.budget),
+        **run_rows.response_format_to_columns(request.response_format),
+        **run_rows.reasoning_to_columns(request.reasoning),
     }

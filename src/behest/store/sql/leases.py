@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from behest.domain.runs import Cancel
 from behest.errors import FailedPrecondition
 from behest.store.base import Renewal
+from behest.store.sql import channel_payloads
 from behest.store.sql import tables as t
 from behest.store.sql.rows import utc
 from behest.store.sql.writes import TERMINAL
@@ -150,6 +151,17 @@ def request_cancel(conn: Connection, run_id: str, cancel: Cancel, *, now: dateti
         return True
     unfinished = sa.select(_runs.id).where(_runs.id == run_id, _runs.status.not_in(TERMINAL))
     return conn.execute(unfinished).first() is not None
+
+
+def request_cancel_and_signal(
+    conn: Connection, run_id: str, cancel: Cancel, *, now: datetime, node: str
+) -> bool:
+    unfinished = request_cancel(conn, run_id, cancel, now=now)
+    if unfinished and node and conn.dialect.name == "postgresql":
+        channel_payloads.notify(
+            conn, channel_payloads.SIGNALS, channel_payloads.signal_payload(node, "cancel", run_id)
+        )
+    return unfinished
 
 
 # --- the nodes serving the database ---------------------------------------------------------

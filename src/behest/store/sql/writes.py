@@ -15,7 +15,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from behest.domain.events import Event
 from behest.domain.runs import RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.store.base import (
+from behest.store.sql import channel_payloads, rows
+from behest.store.sql import tables as t
+from behest.store.writes import (
     AppendEvent,
     AppendMessage,
     ClearToolResults,
@@ -29,8 +31,6 @@ from behest.store.base import (
     UpdateRun,
     Write,
 )
-from behest.store.sql import channel, rows
-from behest.store.sql import tables as t
 
 TERMINAL = [int(s) for s in RunStatus if s.is_terminal]
 
@@ -158,7 +158,8 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
 
 def notifications(node: str, writes: Iterable[Write]) -> list[tuple[str, str]]:
     """The NOTIFYs (channel, payload) telling the other replicas which runs' logs `writes`
-    extend, to each run's last sequence; none without a node name (store/sql/channel.py)."""
+    extend, to each run's last sequence; none without a node name
+    (store/sql/channel_payloads.py)."""
     last: dict[str, int] = {}
     for write in writes:
         if isinstance(write, AppendEvent):
@@ -166,7 +167,10 @@ def notifications(node: str, writes: Iterable[Write]) -> list[tuple[str, str]]:
             last[event.run_id] = max(last.get(event.run_id, 0), event.sequence)
     if not node or not last:
         return []
-    return [(channel.EVENTS, payload) for payload in channel.events_payloads(node, last)]
+    return [
+        (channel_payloads.EVENTS, payload)
+        for payload in channel_payloads.events_payloads(node, last)
+    ]
 
 
 def _execute(conn: Connection, statement: sa.Executable, params: list[dict[str, Any]]) -> None:
