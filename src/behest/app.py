@@ -22,16 +22,16 @@ from behest.api.content import ContentLimits
 from behest.api.server import ApiServer
 from behest.api.tenancy import Tenancy
 from behest.config import Settings
+from behest.domain.spend import TenantSpend
 from behest.errors import FailedPrecondition
 from behest.events.log import EventLog
 from behest.observability import logs, telemetry
 from behest.providers.factory import build_registry
-from behest.runs.budget import DailyCaps
 from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.leases import this_process
-from behest.runs.loop import LoopLimits, SpendLimits
+from behest.runs.loop import LoopLimits
 from behest.runs.operations import Operations
 from behest.runs.retention import Retention
 from behest.runs.sub_runs import SubRunLimits, SubRuns
@@ -201,10 +201,8 @@ class App:
         if kind == "cancel":
             self.executor.cancel_signalled(run_id)
 
-    def _spend_limits(self, tenant: str) -> SpendLimits:
-        limits = self.tenancy.limits(tenant)
-        daily = DailyCaps(max_tokens=limits.daily_max_tokens, max_cost=limits.daily_max_cost)
-        return SpendLimits(run_budget=limits.run_budget, daily=daily)
+    def _spend_limits(self, tenant: str) -> TenantSpend:
+        return self.tenancy.limits(tenant).spend
 
     @property
     def port(self) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from behest.domain.events import RunStarted
 from behest.domain.messages import Role
-from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
+from behest.domain.runs import CreatedRun, Run, RunFilter, RunRequest, RunStatus
 from behest.errors import AlreadyExists
 from behest.events.log import EventLog
 from behest.store.sql.store import SqlStore
@@ -128,7 +128,7 @@ async def test_same_key_with_a_different_request_is_already_exists_naming_the_ru
         await _create(log, _keyed(key, **changed))
 
     runs = await store.list_runs(
-        tenant=TENANT, session_id=first.run.session_id, status=None, limit=10, offset=0
+        tenant=TENANT, wanted=RunFilter(session_id=first.run.session_id, limit=10)
     )
     assert [r.id for r in runs] == [first.run.id]
 
@@ -164,7 +164,7 @@ async def test_two_stores_racing_with_one_key_create_one_run(
         for lost in proposed - {winner.id}:
             assert await store.get_run(lost) is None
         runs = await store.list_runs(
-            tenant=TENANT, session_id=winner.session_id, status=None, limit=10, offset=0
+            tenant=TENANT, wanted=RunFilter(session_id=winner.session_id, limit=10)
         )
         assert [r.id for r in runs] == [winner.id]
         await _assert_one_run_with_one_first_step(store, winner)
@@ -215,7 +215,7 @@ async def test_two_stores_racing_with_one_key_on_a_session_create_one_run(
     assert len({created.run.id for created, _ in outcomes}) == 1
     winner = outcomes[0][0].run
     runs = await store.list_runs(
-        tenant=TENANT, session_id=earlier.session_id, status=None, limit=20, offset=0
+        tenant=TENANT, wanted=RunFilter(session_id=earlier.session_id, limit=20)
     )
     assert [r.id for r in runs] == [winner.id, earlier.id]
     # The user message follows the session's transcript, written once.

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from behest.domain.runs import FinishReason, Run, RunRequest, RunStatus
+from behest.domain.runs import FinishReason, Run, RunFilter, RunRequest, RunStatus
 from behest.domain.spend import TokenUsage
 from behest.errors import Aborted, NotFound
 from behest.store.sql.store import SqlStore
@@ -226,9 +226,7 @@ async def test_list_runs_of_a_session_is_newest_first(store: SqlStore) -> None:
     history = await _session_history(store)
     session_id = (await store.get_run(history[0][0])).session_id  # type: ignore[union-attr]
 
-    runs = await store.list_runs(
-        tenant=TENANT, session_id=session_id, status=None, limit=100, offset=0
-    )
+    runs = await store.list_runs(tenant=TENANT, wanted=RunFilter(session_id=session_id, limit=100))
 
     assert [r.id for r in runs] == [run_id for run_id, _ in reversed(history)]
     assert [r.status for r in runs] == [status for _, status in reversed(history)]
@@ -243,7 +241,7 @@ async def test_list_runs_pages_with_limit_and_offset(store: SqlStore) -> None:
         [
             r.id
             for r in await store.list_runs(
-                tenant=TENANT, session_id=session_id, status=None, limit=2, offset=o
+                tenant=TENANT, wanted=RunFilter(session_id=session_id, limit=2, offset=o)
             )
         ]
         for o in (0, 2, 4, 6)
@@ -258,7 +256,8 @@ async def test_list_runs_filters_by_session_and_status(store: SqlStore) -> None:
     completed = [run_id for run_id, status in reversed(history) if status == RunStatus.COMPLETED]
 
     runs = await store.list_runs(
-        tenant=TENANT, session_id=session_id, status=RunStatus.COMPLETED, limit=100, offset=0
+        tenant=TENANT,
+        wanted=RunFilter(session_id=session_id, status=RunStatus.COMPLETED, limit=100),
     )
 
     assert [r.id for r in runs] == completed
@@ -270,7 +269,7 @@ async def test_list_runs_filters_by_status_across_sessions(store: SqlStore) -> N
     active = await create(store)
 
     runs = await store.list_runs(
-        tenant=TENANT, session_id=None, status=RunStatus.FAILED, limit=1000, offset=0
+        tenant=TENANT, wanted=RunFilter(status=RunStatus.FAILED, limit=1000)
     )
 
     ids = {r.id for r in runs}
@@ -305,11 +304,7 @@ async def test_list_runs_filters_by_model_and_creation_time(store: SqlStore) -> 
         return [r.id for r in runs]
 
     async def listed(**filters: Any) -> list[str]:
-        return ids(
-            await store.list_runs(
-                tenant=TENANT, session_id=None, status=None, limit=100, offset=0, **filters
-            )
-        )
+        return ids(await store.list_runs(tenant=TENANT, wanted=RunFilter(limit=100)))
 
     mine = set(ids(made))  # on PostgreSQL the database holds other tests' runs too
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from behest.domain.runs import Run, RunRequest, RunStatus
+from behest.domain.runs import Run, RunFilter, RunRequest, RunStatus
 from behest.domain.spend import DailyUsage, FailureCode, Money, RunBudget, TokenUsage
 from behest.errors import InvalidArgument
 from behest.store.sql.store import SqlStore
@@ -93,7 +93,7 @@ async def test_a_budget_of_zero_cost_is_not_no_budget(store: SqlStore) -> None:
     assert run.budget == zero and run.budget.max_cost is not None
     assert first.budget == RunBudget()
     listed = await store.list_runs(
-        tenant=TENANT, session_id=first.session_id, status=None, limit=10, offset=0
+        tenant=TENANT, wanted=RunFilter(session_id=first.session_id, limit=10)
     )
     assert [r.budget for r in listed] == [zero, RunBudget()]
 

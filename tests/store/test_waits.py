@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from behest.domain.runs import Run, RunRequest, RunStatus
+from behest.domain.runs import Run, RunFilter, RunRequest, RunStatus
 from behest.domain.waits import (
     Answer,
     ClientTool,
@@ -143,7 +143,7 @@ async def test_a_runs_options_for_waiting_read_back_as_given(store: SqlStore) ->
     assert isinstance(waits.waits.client_tools, tuple)
     assert plain.waits == WaitOptions()
     listed = await store.list_runs(
-        tenant=waits.tenant, session_id=waits.session_id, status=None, limit=10, offset=0
+        tenant=waits.tenant, wanted=RunFilter(session_id=waits.session_id, limit=10)
     )
     assert [r.waits for r in listed] == [WAITS]
 

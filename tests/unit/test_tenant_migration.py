@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from behest.domain.callers import DEFAULT_TENANT
+from behest.domain.runs import RunFilter
 from behest.store.sql.store import SqlStore
 from tests.support import sqlite_at_revision
 
@@ -38,12 +39,8 @@ async def test_runs_sessions_and_compaction_settings_move_to_the_default_tenant(
     await store.start()  # migrates to head
     try:
         run = await store.get_run("r1")
-        listed = await store.list_runs(
-            tenant=DEFAULT_TENANT, session_id=None, status=None, limit=10, offset=0
-        )
-        elsewhere = await store.list_runs(
-            tenant="acme", session_id=None, status=None, limit=10, offset=0
-        )
+        listed = await store.list_runs(tenant=DEFAULT_TENANT, wanted=RunFilter(limit=10))
+        elsewhere = await store.list_runs(tenant="acme", wanted=RunFilter(limit=10))
         kept = await store.get_compaction_config(tenant=DEFAULT_TENANT)
         others = await store.get_compaction_config(tenant="acme")
         breaker = await store.get_circuit_breaker(tenant=DEFAULT_TENANT)

@@ -10,7 +10,7 @@ from datetime import date
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.api.fields import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, page_limit, uuid_field
-from behest.domain.runs import RunStatus
+from behest.domain.runs import RunFilter, RunStatus
 from behest.errors import InvalidArgument, quote
 
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -23,15 +23,7 @@ MESSAGES_LIMIT_MAX = 1000
 MAX_SEQUENCE = 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunQuery:
-    session_id: str | None
-    status: RunStatus | None
-    limit: int
-    offset: int
-
-
-def run_query(request: pb.ListRunsRequest) -> RunQuery:
+def run_query(request: pb.ListRunsRequest) -> RunFilter:
     """Validate ListRuns filters and pagination (limit defaults to 100, at most 100)."""
     limit = request.pagination.limit or LIST_LIMIT_DEFAULT
     if limit > LIST_LIMIT_MAX:
@@ -43,7 +35,7 @@ def run_query(request: pb.ListRunsRequest) -> RunQuery:
         except ValueError:
             raise InvalidArgument(f"status {request.status} is not a RunStatus value") from None
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
-    return RunQuery(
+    return RunFilter(
         session_id=session_id, status=status, limit=limit, offset=request.pagination.offset
     )
 

@@ -65,14 +65,7 @@ class RunServicer:
     async def ListRuns(
         self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRunsResponse:
-        query = run_query(request)
-        runs = await self._runs.list_runs(
-            current_caller(),
-            session_id=query.session_id,
-            status=query.status,
-            limit=query.limit,
-            offset=query.offset,
-        )
+        runs = await self._runs.list_runs(current_caller(), run_query(request))
         return pb.ListRunsResponse(runs=[convert.run_record(r) for r in runs])
 
     async def GetRunOutput(

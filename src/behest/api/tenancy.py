@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from behest.config import Settings, TenantLimits
-from behest.domain.spend import RunBudget
+from behest.domain.spend import DailyCaps, RunBudget, TenantSpend
 
 T = TypeVar("T")
 
@@ -23,9 +23,7 @@ class Limits:
     max_input_bytes: int
     max_metadata_bytes: int
     # Each run's default budget, and the caps over all the tenant's runs of a UTC day.
-    run_budget: RunBudget = field(default_factory=RunBudget)
-    daily_max_tokens: int = 0
-    daily_max_cost: Decimal | None = None
+    spend: TenantSpend = field(default_factory=TenantSpend)
 
 
 class Tenancy:
@@ -54,14 +52,18 @@ class Tenancy:
             max_request_bytes=min(request_bytes, s.max_receive_message_bytes),
             max_input_bytes=own.max_input_bytes or s.max_input_bytes,
             max_metadata_bytes=own.max_metadata_bytes or s.max_metadata_bytes,
-            run_budget=RunBudget(
-                max_tokens=_own(own.run_max_tokens, s.run_max_tokens),
-                max_tool_calls=_own(own.run_max_tool_calls, s.run_max_tool_calls),
-                max_wall_seconds=_own(own.run_max_wall_seconds, s.run_max_wall_seconds),
-                max_cost=_decimal(_own(own.run_max_cost, s.run_max_cost)),
+            spend=TenantSpend(
+                run_budget=RunBudget(
+                    max_tokens=_own(own.run_max_tokens, s.run_max_tokens),
+                    max_tool_calls=_own(own.run_max_tool_calls, s.run_max_tool_calls),
+                    max_wall_seconds=_own(own.run_max_wall_seconds, s.run_max_wall_seconds),
+                    max_cost=_decimal(_own(own.run_max_cost, s.run_max_cost)),
+                ),
+                daily=DailyCaps(
+                    max_tokens=_own(own.daily_max_tokens, s.daily_max_tokens),
+                    max_cost=_decimal(_own(own.daily_max_cost, s.daily_max_cost)),
+                ),
             ),
-            daily_max_tokens=_own(own.daily_max_tokens, s.daily_max_tokens),
-            daily_max_cost=_decimal(_own(own.daily_max_cost, s.daily_max_cost)),
         )
 
 

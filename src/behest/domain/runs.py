@@ -204,3 +204,18 @@ class RunOutput:
 
     run: Run
     messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    """Which of a tenant's runs to list (ListRuns, the inspector), newest first, one page:
+    of a session, in a status, of a model, created in [created_from, created_to] — each only
+    when given."""
+
+    limit: int
+    offset: int = 0
+    session_id: str | None = None
+    status: RunStatus | None = None
+    model: str = ""
+    created_from: datetime | None = None
+    created_to: datetime | None = None

@@ -7,7 +7,7 @@ and a model call's cost is exact. Values of the enums match agent.v1's.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 MILLION = Decimal(1_000_000)
@@ -173,3 +173,20 @@ class UsageReport:
     days: list[DailyUsage]
     total: TokenUsage
     cost: Money | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DailyCaps:
+    """What all of a tenant's runs of one UTC day may spend together (0 or None: no cap)."""
+
+    max_tokens: int = 0
+    max_cost: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantSpend:
+    """A tenant's spending limits: each run's default budget, and the daily caps over all
+    its runs (resolved from the settings by api/tenancy.py, applied by runs/budget.py)."""
+
+    run_budget: RunBudget = field(default_factory=RunBudget)
+    daily: DailyCaps = field(default_factory=DailyCaps)

@@ -11,13 +11,12 @@ for input included.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from decimal import Decimal
 
 from behest.domain import events as ev
 from behest.domain.runs import Run
-from behest.domain.spend import MILLION, BudgetKind, FailureCode, Prices, RunBudget
+from behest.domain.spend import MILLION, BudgetKind, DailyCaps, FailureCode, Prices, RunBudget
 from behest.errors import RunStopped
 from behest.events.run_log import RunLog
 from behest.runs.progress import RunProgress
@@ -31,14 +30,6 @@ _WORDS = {
     BudgetKind.DAILY_TOKENS: "the tenant's daily token cap",
     BudgetKind.DAILY_COST: "the tenant's daily cost cap",
 }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DailyCaps:
-    """What all of a tenant's runs of one UTC day may spend together (0 or None: no cap)."""
-
-    max_tokens: int = 0
-    max_cost: Decimal | None = None
 
 
 class Budget:

@@ -6,11 +6,12 @@ from collections.abc import Callable
 
 from behest.domain.messages import Message
 from behest.domain.runs import Run
+from behest.domain.spend import TenantSpend
 from behest.events.run_log import RunLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
-from behest.runs.loop import AgentLoop, LoopLimits, SpendLimits
+from behest.runs.loop import AgentLoop, LoopLimits
 from behest.runs.sub_runs import SubRuns
 from behest.runs.summariser import Summariser
 from behest.store.base import Store
@@ -28,7 +29,7 @@ class LoopBuilder:
         tools: ToolRegistry,
         limits: LoopLimits,
         compaction_settings: CompactionSettings,
-        spend_limits: Callable[[str], SpendLimits] | None = None,
+        spend_limits: Callable[[str], TenantSpend] | None = None,
         sub_runs: SubRuns | None = None,
     ) -> None:
         self._store = store
@@ -36,7 +37,7 @@ class LoopBuilder:
         self._tools = tools
         self._limits = limits
         self._compaction_settings = compaction_settings
-        self._spend_limits = spend_limits or (lambda tenant: SpendLimits())
+        self._spend_limits = spend_limits or (lambda tenant: TenantSpend())
         self._sub_runs = sub_runs
 
     async def loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:

@@ -15,7 +15,7 @@ from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus, ToolChoice
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import FailureCode, RunBudget, TokenUsage
+from behest.domain.spend import FailureCode, TenantSpend, TokenUsage
 from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
 from behest.events.run_log import RunLog
 from behest.observability.telemetry import current
@@ -23,7 +23,7 @@ from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
 from behest.providers.retry import reason, with_retries
 from behest.runs import compaction, structured
-from behest.runs.budget import Budget, DailyCaps
+from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.runs.model_attempts import ModelAttempts
@@ -50,14 +50,6 @@ class LoopLimits:
     waits: WaitPolicy = field(default_factory=WaitPolicy)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpendLimits:
-    """The run's tenant's budget defaults and daily caps (tenancy.py)."""
-
-    run_budget: RunBudget = field(default_factory=RunBudget)
-    daily: DailyCaps = field(default_factory=DailyCaps)
-
-
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How a run that did not fail ended."""
@@ -82,7 +74,7 @@ class AgentLoop:
         limits: LoopLimits,
         compactor: Compactor | None = None,
         transcript: list[Message] | None = None,
-        spend_limits: SpendLimits | None = None,
+        spend_limits: TenantSpend | None = None,
         sub_runs: SubRuns | None = None,
     ) -> None:
         """`transcript`: the session's messages, when the caller knows them (a new session)."""
@@ -110,7 +102,7 @@ class AgentLoop:
             spawn=self._spawn if self._sub_runs is not None else None,
         )
         self._doom_loop = DoomLoopDetector()
-        self._budget = self._budget_of(spend_limits or SpendLimits())
+        self._budget = self._budget_of(spend_limits or TenantSpend())
         self._attempts = ModelAttempts(
             run=run,
             log=log,
@@ -134,7 +126,7 @@ class AgentLoop:
             allowed.append(SPAWN_TOOL)
         return frozenset(allowed)
 
-    def _budget_of(self, tenant: SpendLimits) -> Budget:
+    def _budget_of(self, tenant: TenantSpend) -> Budget:
         """The run's budget over its tenant's defaults, and the tenant's daily caps."""
         return Budget(
             run=self._run,

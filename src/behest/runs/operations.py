@@ -19,7 +19,7 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.content import ContentPart
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role
-from behest.domain.runs import Cancel, CreatedRun, Run, RunOutput, RunRequest, RunStatus
+from behest.domain.runs import Cancel, CreatedRun, Run, RunFilter, RunOutput, RunRequest, RunStatus
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, TokenUsage, UsageReport
@@ -126,28 +126,8 @@ class Operations:
         self._remember(run)
         return run
 
-    async def list_runs(
-        self,
-        caller: Caller,
-        *,
-        session_id: str | None,
-        status: RunStatus | None,
-        limit: int,
-        offset: int,
-        model: str = "",
-        created_from: datetime | None = None,
-        created_to: datetime | None = None,
-    ) -> list[Run]:
-        return await self._store.list_runs(
-            tenant=caller.tenant,
-            session_id=session_id,
-            status=status,
-            limit=limit,
-            offset=offset,
-            model=model,
-            created_from=created_from,
-            created_to=created_to,
-        )
+    async def list_runs(self, caller: Caller, wanted: RunFilter) -> list[Run]:
+        return await self._store.list_runs(tenant=caller.tenant, wanted=wanted)
 
     async def events(
         self, caller: Caller, run_id: str, *, after: int, limit: int

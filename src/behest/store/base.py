@@ -10,7 +10,7 @@ from typing import Protocol
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import Cancel, Run, RunStatus
+from behest.domain.runs import Cancel, Run, RunFilter
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
@@ -126,20 +126,8 @@ class Store(Protocol):
         """The run, whichever tenant's (callers check `Run.tenant` against theirs)."""
         ...
 
-    async def list_runs(
-        self,
-        *,
-        tenant: str,
-        session_id: str | None,
-        status: RunStatus | None,
-        limit: int,
-        offset: int,
-        model: str = "",
-        created_from: datetime | None = None,
-        created_to: datetime | None = None,
-    ) -> list[Run]:
-        """The tenant's runs, newest first; of `model` only when given, and created in
-        [created_from, created_to] when those are given."""
+    async def list_runs(self, *, tenant: str, wanted: RunFilter) -> list[Run]:
+        """The tenant's runs that `wanted` asks for, newest first."""
         ...
 
     async def unfinished_runs(self) -> list[Run]:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from behest.domain.callers import Caller
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import Run, RunFilter, RunStatus
 from behest.domain.spend import TokenUsage
 from behest.runs.operations import Operations
 
@@ -85,9 +85,7 @@ async def _active(runs: Operations, caller: Caller) -> list[Run]:
     found: list[Run] = []
     for status in RunStatus:
         if not status.is_terminal:
-            found += await runs.list_runs(
-                caller, session_id=None, status=status, limit=ACTIVE_SHOWN, offset=0
-            )
+            found += await runs.list_runs(caller, RunFilter(status=status, limit=ACTIVE_SHOWN))
     return sorted(found, key=lambda r: r.created_at, reverse=True)
 
 
@@ -97,7 +95,5 @@ def outcome(status: RunStatus) -> str:
 
 async def _recent(runs: Operations, caller: Caller, since: datetime) -> tuple[list[Run], bool]:
     """The tenant's runs created since `since`, newest first; whether some were left out."""
-    found = await runs.list_runs(
-        caller, session_id=None, status=None, limit=MAX_RUNS + 1, offset=0, created_from=since
-    )
+    found = await runs.list_runs(caller, RunFilter(limit=MAX_RUNS + 1, created_from=since))
     return found[:MAX_RUNS], len(found) > MAX_RUNS

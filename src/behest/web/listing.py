@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from behest.domain.callers import Caller
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import Run, RunFilter, RunStatus
 from behest.errors import InvalidArgument
 from behest.runs.operations import Operations
 
@@ -17,8 +17,8 @@ STATUSES = [s.name for s in RunStatus]
 
 
 @dataclass(frozen=True, slots=True)
-class RunFilter:
-    """What the runs page shows: all five fields optional."""
+class RunsForm:
+    """The runs page's filter form: all five fields optional."""
 
     status: RunStatus | None = None
     session_id: str = ""
@@ -27,7 +27,7 @@ class RunFilter:
     until: datetime | None = None
 
     @classmethod
-    def parse(cls, query: Mapping[str, str]) -> RunFilter:
+    def parse(cls, query: Mapping[str, str]) -> RunsForm:
         """From the page's query string; InvalidArgument names a bad field."""
         status = query.get("status", "")
         if status and status not in STATUSES:
@@ -51,6 +51,18 @@ class RunFilter:
         }
         return {k: v for k, v in values.items() if v}
 
+    def page(self, *, limit: int, offset: int) -> RunFilter:
+        """The store's filter for one page of what the form asks."""
+        return RunFilter(
+            session_id=self.session_id or None,
+            status=self.status,
+            model=self.model,
+            created_from=self.since,
+            created_to=self.until,
+            limit=limit,
+            offset=offset,
+        )
+
 
 @dataclass(slots=True)
 class RunPage:
@@ -60,19 +72,10 @@ class RunPage:
 
 
 async def find_runs(
-    runs: Operations, caller: Caller, wanted: RunFilter, *, start: int, limit: int = PAGE
+    runs: Operations, caller: Caller, wanted: RunsForm, *, start: int, limit: int = PAGE
 ) -> RunPage:
     """Up to `limit` runs that fit, newest first, from position `start` of those that fit."""
-    found = await runs.list_runs(
-        caller,
-        session_id=wanted.session_id or None,
-        status=wanted.status,
-        limit=limit + 1,
-        offset=start,
-        model=wanted.model,
-        created_from=wanted.since,
-        created_to=wanted.until,
-    )
+    found = await runs.list_runs(caller, wanted.page(limit=limit + 1, offset=start))
     more = len(found) > limit
     return RunPage(found[:limit], start + limit if more else None)
 

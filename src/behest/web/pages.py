@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from behest.domain.callers import Caller
-from behest.domain.runs import RunStatus
+from behest.domain.runs import RunFilter, RunStatus
 from behest.domain.waits import WaitKind
 from behest.runs.operations import Operations
 from behest.web import dashboard, listing, views
@@ -70,7 +70,7 @@ class Pages:
 
     async def runs(self, request: Request) -> Response:
         caller = self._gate.caller(request)
-        wanted = listing.RunFilter.parse(request.query_params)
+        wanted = listing.RunsForm.parse(request.query_params)
         start = _number(request, "start", 0)
         page = await listing.find_runs(self._runs, caller, wanted, start=start)
         return self._render.page(
@@ -120,11 +120,7 @@ class Pages:
     async def approvals(self, request: Request) -> Response:
         caller = self._gate.caller(request)
         waiting = await self._runs.list_runs(
-            caller,
-            session_id=None,
-            status=RunStatus.WAITING_FOR_INPUT,
-            limit=WAITING_SHOWN,
-            offset=0,
+            caller, RunFilter(status=RunStatus.WAITING_FOR_INPUT, limit=WAITING_SHOWN)
         )
         calls = [c for run in waiting for c in await self._runs.pending_calls(caller, run.id)]
         return self._render.page(
@@ -152,7 +148,7 @@ class Pages:
             caller, session_id, from_position=start, limit=MESSAGES_PAGE
         )
         runs = await self._runs.list_runs(
-            caller, session_id=session_id, status=None, limit=listing.PAGE, offset=0
+            caller, RunFilter(session_id=session_id, limit=listing.PAGE)
         )
         return self._render.page(
             request,

@@ -3,14 +3,12 @@ parts' bytes, snapshots. (Sessions, spend, waits and leases read in their own mo
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import Run, RunFilter
 from behest.domain.snapshots import Snapshot
 from behest.store.sql import rows, run_rows
 from behest.store.sql import tables as t
@@ -35,32 +33,21 @@ _EVENT_COLUMNS = (
 )
 
 
-async def list_runs(
-    reader: AsyncEngine,
-    *,
-    tenant: str,
-    session_id: str | None,
-    status: RunStatus | None,
-    limit: int,
-    offset: int,
-    model: str = "",
-    created_from: datetime | None = None,
-    created_to: datetime | None = None,
-) -> list[Run]:
+async def list_runs(reader: AsyncEngine, *, tenant: str, wanted: RunFilter) -> list[Run]:
     query = sa.select(t.runs).where(t.runs.c.tenant == tenant)
-    if session_id:
-        query = query.where(t.runs.c.session_id == session_id)
-    if status is not None:
-        query = query.where(t.runs.c.status == int(status))
-    if model:
-        query = query.where(t.runs.c.model == model)
-    if created_from is not None:
-        query = query.where(t.runs.c.created_at >= created_from)
-    if created_to is not None:
-        query = query.where(t.runs.c.created_at <= created_to)
+    if wanted.session_id:
+        query = query.where(t.runs.c.session_id == wanted.session_id)
+    if wanted.status is not None:
+        query = query.where(t.runs.c.status == int(wanted.status))
+    if wanted.model:
+        query = query.where(t.runs.c.model == wanted.model)
+    if wanted.created_from is not None:
+        query = query.where(t.runs.c.created_at >= wanted.created_from)
+    if wanted.created_to is not None:
+        query = query.where(t.runs.c.created_at <= wanted.created_to)
     query = query.order_by(t.runs.c.created_at.desc(), t.runs.c.id.desc())
     async with reader.connect() as conn:
-        result = await conn.execute(query.limit(limit).offset(offset))
+        result = await conn.execute(query.limit(wanted.limit).offset(wanted.offset))
         return [run_rows.run_from_row(row) for row in result]
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
 from behest.domain.messages import Message
-from behest.domain.runs import Cancel, Run, RunStatus
+from behest.domain.runs import Cancel, Run, RunFilter
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
@@ -98,29 +98,8 @@ class SqlStore:
         async with self.engines.reader.connect() as conn:
             return await conn.run_sync(get_run, run_id)
 
-    async def list_runs(
-        self,
-        *,
-        tenant: str,
-        session_id: str | None,
-        status: RunStatus | None,
-        limit: int,
-        offset: int,
-        model: str = "",
-        created_from: datetime | None = None,
-        created_to: datetime | None = None,
-    ) -> list[Run]:
-        return await reads.list_runs(
-            self.engines.reader,
-            tenant=tenant,
-            session_id=session_id,
-            status=status,
-            limit=limit,
-            offset=offset,
-            model=model,
-            created_from=created_from,
-            created_to=created_to,
-        )
+    async def list_runs(self, *, tenant: str, wanted: RunFilter) -> list[Run]:
+        return await reads.list_runs(self.engines.reader, tenant=tenant, wanted=wanted)
 
     async def unfinished_runs(self) -> list[Run]:
         return await reads.unfinished_runs(self.engines.reader)
