@@ -304,7 +304,7 @@ async def test_list_runs_filters_by_model_and_creation_time(store: SqlStore) -> 
         return [r.id for r in runs]
 
     async def listed(**filters: Any) -> list[str]:
-        return ids(await store.list_runs(tenant=TENANT, wanted=RunFilter(limit=100)))
+        return ids(await store.list_runs(tenant=TENANT, wanted=RunFilter(limit=100, **filters)))
 
     mine = set(ids(made))  # on PostgreSQL the database holds other tests' runs too
 
