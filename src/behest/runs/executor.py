@@ -35,6 +35,7 @@ from behest.runs.chores import Chores
 from behest.runs.creation import commit_creation, new_run, run_span
 from behest.runs.ending import Ending, RunEnder, record_end
 from behest.runs.leases import Leases, this_process
+from behest.runs.lost_claims import LostClaims
 from behest.runs.outcome import outcome
 from behest.runs.owned import Held, OwnedRun
 from behest.runs.start import initial_snapshot
@@ -85,7 +86,10 @@ class Executor:
             sole_writer=sole_writer,
             metrics=self._metrics,
         )
-        event_log.on_fenced = self._lost
+        self._lost_claims = LostClaims(
+            runs=self._runs, store=store, leases=self.leases, metrics=self._metrics
+        )
+        event_log.on_fenced = self._lost_claims.lost
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
         self._chores = Chores(lambda: self._accepting)
@@ -211,32 +215,12 @@ class Executor:
         """After a renewal: end the runs asked to cancel; stop those another node claimed
         meanwhile (a run that waits on a long tool writes nothing that would tell)."""
         await self._cancelling.cancels_asked(renewal.cancel_asked)
-        for run_id in before - renewal.held:
-            handle = self._runs.get(run_id)
-            if handle is None or handle.lost:
-                continue
-            run = await self._store.get_run(run_id)
-            if run is None or run.status.is_terminal or not run.owner:
-                continue  # it ended, or paused (nobody's): not lost
-            if (run.owner, run.lease_generation) != (self.leases.node, handle.generation):
-                self._lost(run_id, handle.generation)
+        await self._lost_claims.after_renewal(before, renewal.held)
 
     def cancel_signalled(self, run_id: str) -> None:
         """A node asked to cancel `run_id` (a signal): end it if this node executes it."""
         if run_id in self._runs:
             self._chores.spawn(self._cancelling.cancels_asked([run_id]), f"cancel-{run_id}")
-
-    def _lost(self, run_id: str, generation: int) -> None:
-        """A step of the run was refused: another node claimed it since. Stop it here at once
-        (its model call and tools cancelled), writing nothing more."""
-        handle = self._runs.get(run_id)
-        if handle is None or handle.generation != generation or handle.lost:
-            return
-        handle.lost = True
-        log.warning("run %s was taken over by another node; stopped here", run_id)
-        self._metrics.runs_lost.add(1)
-        if handle.task is not None:
-            handle.task.cancel()
 
     # --- runs that wait ---------------------------------------------------------------------
 
@@ -255,13 +239,7 @@ class Executor:
         run = await self._store.get_run(run_id)
         if run is None or run.status != RunStatus.WAITING_FOR_INPUT or run_id in self._runs:
             return
-        handle = self._runs.hold(run_id, OwnedRun(run.tenant))
-        try:
-            if generation := await self.leases.claim(run_id):
-                await self._resume(run, handle, generation)
-        finally:
-            if handle.task is None:
-                self._runs.release(run_id, handle)
+        await self._take_up(run)
 
     def _paused(self, run_id: str, waiting: Waiting, handle: OwnedRun) -> None:
         """A run now waits: take it up when its first call expires (or at once, if answers
@@ -285,24 +263,22 @@ class Executor:
         for run in await self.leases.adoptable(runs, held=self._runs, own=own, room=room):
             if not self._accepting:
                 return
-            if run.id in self._runs:
-                continue
-            handle = self._runs.hold(run.id, OwnedRun(run.tenant))
-            try:
-                if generation := await self.leases.claim(run.id, force=force):
-                    self._metrics.lease_adoptions.add(1, self._adopted_from(run))
-                    await self._resume(run, handle, generation)
-            finally:
-                if handle.task is None:
-                    self._runs.release(run.id, handle)
+            if run.id not in self._runs:
+                await self._take_up(run, force=force, adopted=True)
 
-    def _adopted_from(self, run: Run) -> dict[str, str]:
-        """The attributes of an adoption: whose claim the run had."""
-        if not run.owner:
-            previous = "none"
-        else:
-            previous = "this_node" if run.owner == self.leases.node else "other_node"
-        return self._metrics.attrs("previous_owner", previous)
+    async def _take_up(self, run: Run, *, force: bool = False, adopted: bool = False) -> None:
+        """Claim a run nobody executes here and resume it (an adoption is counted, by whose
+        claim the run had)."""
+        handle = self._runs.hold(run.id, OwnedRun(run.tenant))
+        try:
+            if generation := await self.leases.claim(run.id, force=force):
+                if adopted:
+                    previous = self._metrics.attrs("previous_owner", self.leases.owner_of(run))
+                    self._metrics.lease_adoptions.add(1, previous)
+                await self._resume(run, handle, generation)
+        finally:
+            if handle.task is None:
+                self._runs.release(run.id, handle)
 
     async def _resume(self, run: Run, handle: OwnedRun, generation: int) -> None:
         """Start a claimed run from its snapshot; a cancel asked of it meanwhile ends it."""

@@ -156,6 +156,12 @@ class Leases:
                 keeper.cancel()
             await asyncio.gather(*keepers, return_exceptions=True)
 
+    def owner_of(self, run: Run) -> str:
+        """Whose claim a run had: "none", "this_node" or "other_node"."""
+        if not run.owner:
+            return "none"
+        return "this_node" if run.owner == self.node else "other_node"
+
     async def leave(self) -> None:
         """Let go of this node's runs and its name (a stop): others take them up at once.
         Nothing, if this process never registered (the name may be a live process's)."""
