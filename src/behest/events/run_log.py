@@ -18,6 +18,30 @@ from behest.store.base import Store
 from behest.store.writes import AppendEvent, Fence, Write
 
 
+def numbered(
+    run_id: str,
+    after: int,
+    payloads: Sequence[Payload],
+    now: datetime,
+    *,
+    trace_id: str,
+    span_id: str,
+) -> list[Event]:
+    """The run's next events, numbered after sequence `after`: the one place events get
+    their numbers (RunLog.emit, and a run's first step, RunStarted as 1, in runs/start.py)."""
+    return [
+        Event(
+            run_id=run_id,
+            sequence=after + offset,
+            payload=payload,
+            timestamp=now,
+            trace_id=trace_id,
+            span_id=span_id,
+        )
+        for offset, payload in enumerate(payloads, start=1)
+    ]
+
+
 class Steps(Protocol):
     """Where a run's steps go: the event log (events/log.py EventLog)."""
 
@@ -61,17 +85,9 @@ class RunLog:
         async with self._lock:
             # Numbers are taken only once the step is queued: a cancel while waiting for room
             # in the queue leaves no gap.
-            events = [
-                Event(
-                    run_id=self.run_id,
-                    sequence=self.last_sequence + offset,
-                    payload=payload,
-                    timestamp=now,
-                    trace_id=trace_id,
-                    span_id=span_id,
-                )
-                for offset, payload in enumerate(payloads, start=1)
-            ]
+            events = numbered(
+                self.run_id, self.last_sequence, payloads, now, trace_id=trace_id, span_id=span_id
+            )
             writes: list[Write] = [self._fence, *(AppendEvent(e) for e in events)]
             writes.extend(state)
             done = await self._log.submit(writes, events)

@@ -11,6 +11,7 @@ from behest.domain.messages import Message, Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import TokenUsage
+from behest.events.run_log import numbered
 from behest.store.writes import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 
 
@@ -59,11 +60,11 @@ def first_step(
 ) -> list[Write]:
     """The writes that start a run: RunStarted (sequence 1), the user's message (with the
     request's content parts), the state."""
-    event = ev.Event(
-        run_id=run.id,
-        sequence=1,
-        payload=run_started(run, content),
-        timestamp=datetime.now(UTC),
+    (event,) = numbered(
+        run.id,
+        0,
+        [run_started(run, content)],
+        datetime.now(UTC),
         trace_id=trace_id,
         span_id=span_id,
     )
