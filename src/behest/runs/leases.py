@@ -205,10 +205,19 @@ class Leases:
     async def _adopting(self, adopt: Adopt) -> None:
         while await self._pause(min(self._lease_s / 3, ADOPT_EVERY_S)):
             try:
+                await self._end_stalled_writers()
                 await adopt()
             except Exception:
                 log.exception("adopting runs failed; retrying")
             self._round()
+
+    async def _end_stalled_writers(self) -> None:
+        """Free the runs a vanished node's session stuck inside a write still locks (a
+        process frozen mid-statement), before they are adopted."""
+        now = datetime.now(UTC)
+        before = now - timedelta(seconds=self._lease_s)
+        if ended := await self._store.end_stalled_writers(now=now, before=before):
+            log.warning("ended %d database sessions of vanished nodes stuck inside a write", ended)
 
     async def _renew(self, running: Running, renewed: Renewed) -> None:
         outcome = self._renewed

@@ -103,6 +103,11 @@ class Store(Protocol):
 
     async def unregister_node(self, node: NodeRecord) -> None: ...
 
+    async def end_stalled_writers(self, *, now: datetime, before: datetime) -> int:
+        """End the database sessions of nodes whose registration lapsed that are stuck
+        inside a write begun before `before` (PostgreSQL; store/sql/stalled.py); how many."""
+        ...
+
     async def live_nodes(self, *, now: datetime) -> int:
         """How many nodes serve the database now (registrations not lapsed)."""
         ...

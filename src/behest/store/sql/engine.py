@@ -55,6 +55,7 @@ def create_engines(
     *,
     idle_in_transaction_s: float = 0.0,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    application_name: str = "",
 ) -> Engines:
     """Build the engines for a database URL (sqlite+aiosqlite or postgresql+asyncpg).
 
@@ -63,7 +64,8 @@ def create_engines(
     SIGSTOP, a partition) would otherwise hold the row locks of its transaction — and with
     them every other replica's claims and renewals of those runs — for as long as it is
     frozen; behest's own transactions never wait between statements on purpose.
-    `busy_timeout_s` (SQLite): how long a write waits for another process's lock."""
+    `busy_timeout_s` (SQLite): how long a write waits for another process's lock.
+    `application_name` (PostgreSQL): what this node's sessions are named (stalled.py)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         # No pool_pre_ping: on asyncpg it is BEGIN, SELECT, ROLLBACK, three round trips
@@ -81,6 +83,8 @@ def create_engines(
         if idle_in_transaction_s > 0:
             ms = max(1, round(idle_in_transaction_s * 1000))
             settings["idle_in_transaction_session_timeout"] = str(ms)
+        if application_name:
+            settings["application_name"] = application_name
         engine = create_async_engine(
             url,
             pool_size=10,

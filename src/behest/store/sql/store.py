@@ -30,6 +30,7 @@ from behest.store.sql import (
     run_rows,
     sessions,
     spend,
+    stalled,
     waits,
 )
 from behest.store.sql import tables as t
@@ -78,6 +79,7 @@ class SqlStore:
                 self._url,
                 idle_in_transaction_s=self._idle_in_transaction_s,
                 busy_timeout_s=self._busy_timeout_s,
+                application_name=stalled.application_name(self._node) if self._node else "",
             )
             await self.engines.writer.write(migrate.upgrade)
 
@@ -228,6 +230,11 @@ class SqlStore:
         await self.engines.writer.write(
             leases.unregister_node, name=node.name, instance=node.instance
         )
+
+    async def end_stalled_writers(self, *, now: datetime, before: datetime) -> int:
+        if not self._postgres:
+            return 0  # one process writes a SQLite file
+        return await self.engines.writer.write(stalled.end_stalled, now=now, before=before)
 
     async def live_nodes(self, *, now: datetime) -> int:
         """How many nodes serve the database now."""
