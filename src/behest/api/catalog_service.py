@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from behest._proto.agent.v1 import catalog_pb2 as pb
-from behest.api import convert
+from behest.api import convert_catalog
 from behest.api.auth import current_caller
 from behest.runs.operations import Operations
 
@@ -18,7 +18,7 @@ class ToolServicer:
         self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListToolsResponse:
         tools = self._runs.tools(current_caller())
-        return pb.ListToolsResponse(tools=[convert.tool_info(t) for t in tools])
+        return pb.ListToolsResponse(tools=[convert_catalog.tool_info(t) for t in tools])
 
 
 class ProviderServicer:
@@ -29,4 +29,6 @@ class ProviderServicer:
         self, request: pb.ListProvidersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListProvidersResponse:
         providers = self._runs.providers(current_caller())
-        return pb.ListProvidersResponse(providers=[convert.provider_info(p) for p in providers])
+        return pb.ListProvidersResponse(
+            providers=[convert_catalog.provider_info(p) for p in providers]
+        )

@@ -12,11 +12,9 @@ from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from behest._proto.agent.v1 import catalog_pb2 as pb_catalog
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
-from behest.domain import catalog
 from behest.domain import events as ev
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.content import ContentPart, PartKind
@@ -61,10 +59,10 @@ def cost(value: Money | None) -> pb_common.Cost | None:
     """Money as a Cost (its exact decimal string); None stays unset."""
     if value is None:
         return None
-    return pb_common.Cost(amount=_decimal(value.amount), currency=value.currency)
+    return pb_common.Cost(amount=decimal_text(value.amount), currency=value.currency)
 
 
-def _decimal(value: Decimal) -> str:
+def decimal_text(value: Decimal) -> str:
     """A plain decimal string (no exponent), e.g. "0.000123"."""
     return format(value, "f")
 
@@ -74,7 +72,7 @@ def budget(value: RunBudget) -> pb.RunBudget:
         max_tokens=value.max_tokens,
         max_tool_calls=value.max_tool_calls,
         max_wall_seconds=value.max_wall_seconds,
-        max_cost="" if value.max_cost is None else _decimal(value.max_cost),
+        max_cost="" if value.max_cost is None else decimal_text(value.max_cost),
     )
 
 
@@ -301,53 +299,3 @@ def session(value: Session) -> pb_session.SessionRecord:
         run_count=value.run_count,
         message_count=value.message_count,
     )
-
-
-def tool_info(value: catalog.ToolInfo) -> pb_catalog.ToolInfo:
-    return pb_catalog.ToolInfo(
-        spec=pb_common.ToolSpec(
-            name=value.name,
-            description=value.description,
-            parameters_schema=json.dumps(value.parameters_schema, separators=(",", ":")),
-        ),
-        source=value.source,
-        read_only=value.read_only,
-        concurrency_safe=value.concurrency_safe,
-        idempotent=value.idempotent,
-        requires_approval=value.requires_approval,
-        timeout_s=value.timeout_s,
-    )
-
-
-def provider_info(value: catalog.ProviderInfo) -> pb_catalog.ProviderInfo:
-    """A provider as ListProviders shows it: there is no field an API key could go in."""
-    return pb_catalog.ProviderInfo(
-        id=pb_common.ProviderId(value=value.name),
-        type=value.type,
-        base_url=value.base_url,
-        default_model=value.default_model,
-        models=[_model_info(m) for m in value.models],
-    )
-
-
-def _model_info(value: catalog.ModelInfo) -> pb_catalog.ModelInfo:
-    """A model's limits and prices per million tokens (cached and cache-write prices default
-    to the input price, as costs are counted)."""
-    out = pb_catalog.ModelInfo(
-        name=pb_common.ModelName(value=value.name),
-        context_window=value.context_window,
-        max_output_tokens=value.max_output_tokens,
-        input_media=value.input_media,
-    )
-    prices = value.prices
-    if prices is not None:
-        out.input_price = _decimal(prices.input)
-        out.output_price = _decimal(prices.output)
-        out.cached_input_price = _decimal(_or(prices.cached_input, prices.input))
-        out.cache_write_price = _decimal(_or(prices.cache_write, prices.input))
-        out.currency = prices.currency
-    return out
-
-
-def _or(value: Decimal | None, default: Decimal) -> Decimal:
-    return default if value is None else value

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+# Split out of the executor: its log lines keep the executor's logger, which operators filter by.
 log = logging.getLogger("behest.runs.executor")
 
 

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from behest.domain.runs import CreatedRun, Run, RunRequest
 from behest.errors import StorageFault, Unavailable
 from behest.events.log import CommitUncertain, EventLog
-from behest.observability.trace_context import context_from_traceparent, traceparent_of
+from behest.observability.trace_context import traceparent_of
 from behest.runs.start import first_step
 from behest.store.base import Store
 from behest.store.writes import NewRun, Write
@@ -50,23 +50,6 @@ def new_run(
             span_id=format(ids.span_id, "016x"),
             content=request.content,
         ),
-    )
-
-
-def run_span(
-    tracer: trace.Tracer, run_id: str, request: RunRequest, tenant: str, traceparent: str
-) -> trace.Span:
-    """The span of a new run (`behest.run`), under the caller's trace when it sent one."""
-    return tracer.start_span(
-        "behest.run",
-        context=context_from_traceparent(traceparent),
-        attributes={
-            "behest.run_id": run_id,
-            "behest.tenant": tenant,
-            "behest.provider": request.provider,
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.request.model": request.model,
-        },
     )
 
 

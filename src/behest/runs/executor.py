@@ -28,16 +28,16 @@ from behest.errors import (
 from behest.events.log import EventLog
 from behest.events.run_log import RunLog
 from behest.observability.telemetry import Telemetry, bind, current
-from behest.observability.trace_context import context_from_traceparent
 from behest.runs.builder import LoopBuilder
 from behest.runs.cancelling import CANCEL_WAIT_S, Cancelling
 from behest.runs.chores import Chores
-from behest.runs.creation import commit_creation, new_run, run_span
+from behest.runs.creation import commit_creation, new_run
 from behest.runs.ending import Ending, RunEnder, record_end
 from behest.runs.leases import Leases, this_process
 from behest.runs.lost_claims import LostClaims
 from behest.runs.outcome import outcome
 from behest.runs.owned import Held, OwnedRun
+from behest.runs.run_spans import resume_span, run_span
 from behest.runs.start import initial_snapshot
 from behest.runs.waiting import Waiting
 from behest.store.base import NodeRecord, Renewal, Store
@@ -123,14 +123,7 @@ class Executor:
         self._accepting = False
         await self.leases.stop()
         await self._chores.stop(CANCEL_WAIT_S)
-        tasks = self._runs.tasks()
-        if tasks and grace_s > 0:
-            await asyncio.wait(tasks, timeout=grace_s)
-        tasks = self._runs.tasks()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+        await self._runs.drain(grace_s, cancel_wait_s=CANCEL_WAIT_S)
         await self._log.flush()
         await self.leases.leave()
 
@@ -286,11 +279,7 @@ class Executor:
             handle.request_cancel(run.cancel_request)
         snapshot = await self._store.get_snapshot(run.id)
         last_sequence = await self._store.last_sequence(run.id)
-        span = self._telemetry.tracer.start_span(
-            "behest.run.resume",
-            context=context_from_traceparent(run.traceparent),
-            attributes={"behest.run_id": run.id, "behest.resumed_after": last_sequence},
-        )
+        span = resume_span(self._telemetry.tracer, run, last_sequence)
         log.info(
             "resuming run",
             extra={"run_id": run.id, "after_sequence": last_sequence, "status": run.status.name},

@@ -332,15 +332,12 @@ class AgentLoop:
     async def _spawn(self, call: ToolCall) -> ToolResult:
         """A `spawn_agent` call: a child run, waited for; its spend counts against ours."""
         assert self._sub_runs is not None
-        spawns = [c.id for m in self.progress.mine() for c in m.tool_calls if c.name == SPAWN_TOOL]
-        started = spawns.index(call.id) + 1 if call.id in spawns else len(spawns) + 1
+        started = self.progress.spawn_number(call.id)
         result, child = await self._sub_runs.run_child(
             self._run, call, self._log, started=started, left=self._budget.left()
         )
         if child is not None:
-            self.progress.children_tokens += child.usage.total_tokens
-            if child.cost is not None:
-                self.progress.children_cost += child.cost.amount
+            self.progress.count_child(child)
         return result
 
     async def _check_doom_loop(self, calls: list[ToolCall]) -> None:

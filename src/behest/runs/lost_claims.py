@@ -12,6 +12,7 @@ from behest.runs.leases import Leases
 from behest.runs.owned import Held
 from behest.store.base import Store
 
+# Split out of the executor: its log lines keep the executor's logger, which operators filter by.
 log = logging.getLogger("behest.runs.executor")
 
 

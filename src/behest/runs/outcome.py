@@ -19,6 +19,7 @@ from behest.runs.owned import OwnedRun
 from behest.runs.progress import RunProgress
 from behest.runs.waiting import Waiting
 
+# Split out of the executor: its log lines keep the executor's logger, which operators filter by.
 log = logging.getLogger("behest.runs.executor")
 
 

@@ -83,6 +83,18 @@ class Held:
     def tasks(self) -> list[asyncio.Task[None]]:
         return [h.task for h in self._runs.values() if h.task is not None]
 
+    async def drain(self, grace_s: float, *, cancel_wait_s: float) -> None:
+        """Give the run tasks `grace_s` to finish, then cancel the rest and wait for them
+        (`cancel_wait_s` at most): a cancelled run stops between two steps."""
+        tasks = self.tasks()
+        if tasks and grace_s > 0:
+            await asyncio.wait(tasks, timeout=grace_s)
+        tasks = self.tasks()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=cancel_wait_s)
+
     def running(self) -> set[str]:
         """The runs whose task has started here under a claim."""
         return {run_id for run_id, h in self._runs.items() if h.started and h.generation}

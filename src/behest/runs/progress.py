@@ -16,6 +16,7 @@ from behest.domain.runs import FinishReason, Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, Prices, TokenUsage
 from behest.runs.compactor import Compacted
+from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import Store
 from behest.store.writes import PutSnapshot, UpdateRun, Write
 
@@ -68,6 +69,17 @@ class RunProgress:
             self.cost = cost
         elif self.cost.currency == cost.currency:
             self.cost += cost
+
+    def spawn_number(self, call_id: str) -> int:
+        """Which of this run's spawn_agent calls `call_id` is (1-based; the next if new)."""
+        spawns = [c.id for m in self.mine() for c in m.tool_calls if c.name == SPAWN_TOOL]
+        return spawns.index(call_id) + 1 if call_id in spawns else len(spawns) + 1
+
+    def count_child(self, child: Run) -> None:
+        """A sub-agent run ended: its spend counts against this run's budgets."""
+        self.children_tokens += child.usage.total_tokens
+        if child.cost is not None:
+            self.children_cost += child.cost.amount
 
     def mine(self) -> list[Message]:
         """This run's messages of the transcript."""

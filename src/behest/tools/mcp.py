@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
@@ -44,14 +43,14 @@ from behest.backoff import backoff_s
 from behest.errors import describe
 from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
-from behest.tools.mcp_tools import make_tools, result_text
+from behest.tools.mcp_framing import sendable
+from behest.tools.mcp_tools import listed_tools, make_tools, result_text
 from behest.tools.mcp_transport import Connection, transport
 
 __all__ = ["McpServerConfig", "McpToolSource", "parse_mcp_servers", "result_text"]
 
 log = logging.getLogger(__name__)
 
-_LIST_PAGES_MAX = 100
 # Connecting includes spawning the server (`npx -y ...` may download it first) and listing tools.
 DEFAULT_START_TIMEOUT_S = 30.0
 # A stdio server that ignores its closed stdin is killed by the SDK after about 6 s.
@@ -194,7 +193,7 @@ class _Server:
             with scope:
                 async with AsyncExitStack() as stack:
                     client = await stack.enter_async_context(self._client_for(connection, stack))
-                    listed = await _list_tools(client) if list_tools else None
+                    listed = await listed_tools(client) if list_tools else None
                     self._connecting = None
                     scope.deadline = math.inf
                     up_since = time.monotonic()
@@ -271,7 +270,7 @@ class _Server:
         client, connection = self._client, self._connection
         if client is None:
             return self._unavailable()
-        if not _sendable(arguments):
+        if not sendable(arguments):
             return ToolResult(
                 f"MCP tool {tool!r} was not called: its arguments hold text that is not valid "
                 "Unicode (a lone surrogate escape such as \\ud800)",
@@ -329,25 +328,3 @@ class _Server:
                 True,
             )
         return ToolResult(f"MCP server {name!r} is unavailable ({self.status})", True)
-
-
-async def _list_tools(client: Client) -> list[McpTool]:
-    tools: list[McpTool] = []
-    cursor: str | None = None
-    for _ in range(_LIST_PAGES_MAX):
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return tools
-
-
-def _sendable(arguments: dict[str, Any]) -> bool:
-    """Whether the arguments can go out as UTF-8: a lone surrogate (which JSON may escape)
-    would fail the transport's writer and with it the connection and every call on it."""
-    try:
-        json.dumps(arguments, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -162,3 +162,13 @@ def _request_id(value: Any) -> int | str | None:
     if isinstance(value, bool) or not isinstance(value, int | str):
         return None
     return value
+
+
+def sendable(arguments: dict[str, Any]) -> bool:
+    """Whether the arguments can go out as UTF-8: a lone surrogate (which JSON may escape)
+    would fail the transport's writer and with it the connection and every call on it."""
+    try:
+        json.dumps(arguments, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -10,6 +10,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from mcp import Client
 from mcp.types import (
     AudioContent,
     CallToolResult,
@@ -25,6 +26,7 @@ from behest import bounded_json
 from behest.tools.base import FunctionTool, Tool, ToolResult
 from behest.tools.mcp_config import McpServerConfig
 
+# One logger for everything about MCP servers, whichever module tells it.
 log = logging.getLogger("behest.tools.mcp")
 
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -107,3 +109,20 @@ def result_text(result: CallToolResult) -> str:
             structured = f"[structured content that {exc}]"
         parts.insert(0, structured)
     return "\n".join(parts)
+
+
+# Pages of tools/list read from one server, at most.
+_LIST_PAGES_MAX = 100
+
+
+async def listed_tools(client: Client) -> list[McpTool]:
+    """Every tool the server lists (its pages followed, a bounded number)."""
+    tools: list[McpTool] = []
+    cursor: str | None = None
+    for _ in range(_LIST_PAGES_MAX):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools

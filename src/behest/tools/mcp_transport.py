@@ -49,6 +49,7 @@ from behest.tools.mcp_framing import (
     message,
 )
 
+# One logger for everything about MCP servers, whichever module tells it.
 log = logging.getLogger("behest.tools.mcp")
 
 CLOSED = "the server closed the connection (did it exit? see its stderr)"

@@ -44,6 +44,8 @@ class ToolRegistry:
         self._approval_required = frozenset(approval_required)
         self._tools: dict[str, Tool] = {}
         self._sources: dict[str, str] = {}
+        # Each tool's schema as the validator cache's key, made once (not per call).
+        self._schema_keys: dict[str, str] = {}
         for tool in tools:
             self.add(tool, source=source)
 
@@ -57,6 +59,7 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} has an invalid schema: {exc.message}") from None
         self._tools[tool.name] = tool
         self._sources[tool.name] = source
+        self._schema_keys[tool.name] = _key(tool.parameters_schema)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -98,13 +101,13 @@ class ToolRegistry:
         return ToolResult(truncate(result.text), result.is_error)
 
     def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str]:
-        return self.check_against(call, self._tools[call.name].parameters_schema)
+        return _check(call, _validator(self._schema_keys[call.name]))
 
     @staticmethod
     def check_against(call: ToolCall, schema: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """A call's arguments parsed (bounded) and checked against `schema` — a registered
         tool's, a client tool's, spawn_agent's — whose validator is made once (one cache)."""
-        return _check(call, _validator(json.dumps(schema, sort_keys=True)))
+        return _check(call, _validator(_key(schema)))
 
     def requires_approval(self, name: str) -> bool:
         """Whether every call of the tool needs an approval: its definition or the settings
@@ -112,6 +115,10 @@ class ToolRegistry:
         if name in self._approval_required:
             return True
         return bool(getattr(self._tools.get(name), "requires_approval", False))
+
+
+def _key(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=VALIDATORS_KEPT)
