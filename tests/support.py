@@ -224,3 +224,20 @@ async def behest(*args: str, env: dict[str, str] | None = None, timeout_s: float
     out, err = await asyncio.wait_for(process.communicate(), timeout_s)
     assert process.returncode is not None
     return Cli(process.returncode, out.decode(), err.decode())
+
+
+@asynccontextmanager
+async def mcp_http_server(script: Path) -> AsyncIterator[str]:
+    """An MCP test server (tests/mcp_servers) over streamable HTTP on 127.0.0.1, on a port
+    of its choosing (it prints "PORT <n>"); yields its URL, kills it after."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), "--http", stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), 20)
+        yield f"http://127.0.0.1:{int(line.decode().removeprefix('PORT '))}/mcp"
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()

@@ -29,6 +29,7 @@ from behest.tools import mcp
 from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp import McpServerConfig, McpToolSource, result_text
 from behest.tools.registry import ToolRegistry
+from tests.support import mcp_http_server
 
 ECHO_SERVER = Path(__file__).parents[1] / "mcp_servers" / "echo_server.py"
 LEGACY_SERVER = Path(__file__).parents[1] / "mcp_servers" / "legacy_server.py"
@@ -87,18 +88,8 @@ async def start() -> AsyncIterator[Start]:
 @pytest.fixture
 async def http_echo_url() -> AsyncIterator[str]:
     """The echo server over streamable HTTP on 127.0.0.1, on a port of its choosing."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ECHO_SERVER), "--http", stdout=asyncio.subprocess.PIPE
-    )
-    assert process.stdout is not None
-    try:
-        line = await asyncio.wait_for(process.stdout.readline(), 20)
-        port = int(line.decode().removeprefix("PORT "))
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
+    async with mcp_http_server(ECHO_SERVER) as url:
+        yield url
 
 
 async def test_tools_are_named_after_their_server_and_keep_their_schemas(start: Start) -> None:

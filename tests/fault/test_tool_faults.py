@@ -5,7 +5,6 @@ stays near the output bound."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
@@ -20,7 +19,7 @@ from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.tools.base import ToolResult
 from behest.tools.mcp import McpServerConfig, McpToolSource
 from behest.tools.output import MAX_BYTES
-from tests.support import collect, create_request, kind, script, server_process
+from tests.support import collect, create_request, kind, mcp_http_server, script, server_process
 
 FAULTY_SERVER = Path(__file__).parents[1] / "mcp_servers" / "faulty_server.py"
 MB = 1024 * 1024
@@ -136,16 +135,8 @@ async def test_a_banner_before_the_first_message_is_skipped(start: Start) -> Non
 @pytest.fixture
 async def http_url() -> AsyncIterator[str]:
     """The faulty server over streamable HTTP on 127.0.0.1 (JSON answers)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(FAULTY_SERVER), "--http", stdout=asyncio.subprocess.PIPE
-    )
-    assert process.stdout is not None
-    try:
-        line = await asyncio.wait_for(process.stdout.readline(), 20)
-        yield f"http://127.0.0.1:{int(line.decode().removeprefix('PORT '))}/mcp"
-    finally:
-        process.kill()
-        await process.wait()
+    async with mcp_http_server(FAULTY_SERVER) as url:
+        yield url
 
 
 async def test_an_answer_over_the_bound_over_http_is_an_error_and_the_server_stays(
