@@ -114,7 +114,8 @@ async def test_a_failed_run_shows_its_code_and_the_failing_tool_call(tmp_path: P
         failing = page.locator("li.item.error[data-name=tool_execution_finished]")
         await expect(failing).to_have_count(2)  # the third call is never run: a doom loop
         await expect(failing.first).to_contain_text("tool failed")
-        await expect(failing.first).to_contain_text("calculator (call_2_1)")  # call 2: a retry
+        await expect(failing.first).to_contain_text("← calculator failed in")  # the CLI's words
+        await expect(failing.first).to_contain_text("call_2_1")  # call 2: a retry
         result = page.locator("li.item.error[data-name=tool_message_committed]").first
         await expect(result).to_contain_text("error")
         call = page.locator("li.item[data-name=tool_call_completed]").first
@@ -123,7 +124,7 @@ async def test_a_failed_run_shows_its_code_and_the_failing_tool_call(tmp_path: P
         await expect(calls.nth(0)).to_have_text("model call")
         await expect(calls.nth(1)).to_have_text("model call (retry)")
         end = page.locator("li.item[data-name=run_failed]")
-        await expect(end).to_contain_text("DOOM_LOOP")
+        await expect(end).to_contain_text("✗ failed [doom_loop]: doom loop detected")
         await expect(page.locator("li.item .seq").first).to_have_text("#1")
         await screenshot(page, "run-failed")
 
@@ -194,7 +195,7 @@ async def test_approving_a_waiting_call_lets_the_run_complete(tmp_path: Path) ->
         await page.wait_for_url(f"{web.base}/runs/{run_id}")
         await expect(page.locator("#run-status")).to_have_text("COMPLETED", timeout=10_000)
         resolved = page.locator("li.item[data-name=approval_resolved]")
-        await expect(resolved).to_contain_text("allow by alice")
+        await expect(resolved).to_contain_text("✓ calculator allowed by alice")
         await expect(resolved).to_contain_text("looks fine")
         await expect(page.locator("#timeline")).to_contain_text("the answer is 42")
         await screenshot(page, "run-approved")

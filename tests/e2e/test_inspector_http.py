@@ -1,17 +1,22 @@
 """The run inspector's HTTP side without a browser: CSRF on every POST, the cookie, sign-out,
-the live tail's resumption (Last-Event-ID), security headers, HTTPS, settings and the CLI."""
+the live tail's resumption (Last-Event-ID), security headers, HTTPS, settings and the CLI, and
+the words of its timeline, which are the terminal's."""
 
 from __future__ import annotations
 
+import io
 import ssl
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.app import App
 from behest.cli import build_parser
+from behest.cli.render import EventPrinter
+from behest.client import Approval, BehestClient, Decision
 from behest.config import Settings
 from tests.certs import CertificateAuthority
 from tests.support import (
@@ -236,3 +241,23 @@ async def test_the_runs_page_filters_by_time_and_says_what_is_wrong(tmp_path: Pa
         assert bad.status == 400 and "since must be a time" in bad.body
         bad = await fetch(f"{runs}?status=SLEEPING", cookies=cookies)
         assert bad.status == 400 and "status must be one of" in bad.body
+
+
+async def test_the_timeline_says_each_event_in_the_terminals_words(tmp_path: Path) -> None:
+    async with inspector(tmp_path) as web:
+        run_id, call_id = await waiting_run(web.server.runs)
+        out = io.StringIO()
+        async with BehestClient(web.server.address, token=ALICE) as client:
+            denial = Approval(Decision.DENY, reason="not today")
+            await client.submit_approvals(run_id, {call_id: denial})
+            printer = EventPrinter(out, io.StringIO())
+            async for event in client.watch(run_id):
+                printer.render(event)
+        page = await fetch(
+            f"{web.base}/runs/{run_id}", cookies=await session_cookie(web.base, ALICE)
+        )
+        said = [line for line in out.getvalue().splitlines() if line[:1] in "→←?✓✗!"]
+        assert [line[:1] for line in said] == ["→", "?", "✗", "✓"], said
+        assert said[2] == "✗ calculator denied by alice: not today"
+        for line in said:
+            assert str(escape(line)) in page.body, line

@@ -1,18 +1,17 @@
 """How the `behest` command writes runs, outputs, sessions, tools, providers, usage and
-stored events: tables and a field per line, over behest.client's types."""
+stored events: tables and a field per line, over behest.client's types, in the words of
+behest/wording.py."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 
 from google.protobuf import json_format
 
 from behest.client import (
     Cost,
     Event,
-    FailureCode,
     Message,
     Model,
     Output,
@@ -26,9 +25,8 @@ from behest.client import (
     Tool,
     Usage,
 )
+from behest.wording import call, code, money, plural, shorten, time, tokens
 
-# Long tool arguments would drown the answer's text; the full call is in the event log.
-MAX_ARGUMENTS_SHOWN = 200
 # The command's exit codes a run's end gives (see entry.py for the others).
 EXIT_OK = 0
 EXIT_RUN_NOT_COMPLETED = 1
@@ -108,11 +106,10 @@ def format_output(output: Output) -> str:
     lines = [
         f"run {output.run_id}  session {output.session_id}",
         f"{output.finish_reason.name.lower()}, {plural(output.iterations, 'iteration')}, "
-        f"{usage.input_tokens} in + {usage.output_tokens} out tokens"
-        + (f", {money(output.cost)}" if output.cost is not None else ""),
+        f"{tokens(usage)}" + (f", {money(output.cost)}" if output.cost is not None else ""),
     ]
     for message in output.messages:
-        calls = [f"→ tool {c.name}({shorten(c.arguments)})" for c in message.tool_calls]
+        calls = [f"→ tool {call(c)}" for c in message.tool_calls]
         lines += ["", f"[{message.role}]", *([message.text] if message.text else []), *calls]
     return "\n".join(lines)
 
@@ -152,7 +149,7 @@ def format_message(message: Message) -> str:
     head = f"[{message.role}]"
     if message.tool_call_id:
         head += f" {message.tool_name} ({message.tool_call_id})"
-    calls = [f"→ tool {c.name}({shorten(c.arguments)})" for c in message.tool_calls]
+    calls = [f"→ tool {call(c)}" for c in message.tool_calls]
     return "\n".join([head, *([message.text] if message.text else []), *calls])
 
 
@@ -246,43 +243,6 @@ def _kind(value: PendingCallKind) -> str:
     return str(value.value)  # a kind newer than this CLI
 
 
-# --- the words every format shares -------------------------------------------------------------
-
-
 def status_name(status: RunStatus) -> str:
     """A run status as the CLI writes it: completed, waiting_for_input, …"""
     return status.name.lower()
-
-
-def code(failure: FailureCode) -> str:
-    """A failure code as the CLI shows it, e.g. " [budget_exceeded]" (none when unset)."""
-    return f" [{failure.name.lower()}]" if failure else ""
-
-
-def money(cost: Cost) -> str:
-    """An amount with its currency, as the server wrote it."""
-    return f"{cost.amount} {cost.currency}"
-
-
-def by(principal: str) -> str:
-    return f" by {principal}" if principal else ""
-
-
-def until(when: datetime | None) -> str:
-    return f", until {time(when)}" if when is not None else ""
-
-
-def time(when: datetime | None) -> str:
-    """A moment in UTC to the second, or "-" when unset."""
-    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def shorten(text: str) -> str:
-    """At most MAX_ARGUMENTS_SHOWN characters, an ellipsis marking the cut."""
-    if len(text) <= MAX_ARGUMENTS_SHOWN:
-        return text
-    return text[: MAX_ARGUMENTS_SHOWN - 1] + "…"

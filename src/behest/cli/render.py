@@ -4,30 +4,37 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from behest.cli.formats import EXIT_OK, EXIT_RUN_NOT_COMPLETED, by, code, plural, shorten, until
-from behest.client import (
-    ApprovalRequested,
-    ApprovalResolved,
-    BudgetExceeded,
-    ClientToolAnswered,
-    ClientToolRequested,
-    CompactionCircuitOpened,
-    Decision,
-    DoomLoopDetected,
-    Event,
-    ModelStarted,
-    OutputRejected,
-    ReasoningDelta,
-    RunCancelled,
-    RunCompleted,
-    RunFailed,
-    RunStarted,
-    SubRunFinished,
-    SubRunStarted,
-    TextDelta,
-    ToolCallCompleted,
-    ToolExecutionFinished,
+from behest import wording
+from behest.cli.formats import EXIT_OK, EXIT_RUN_NOT_COMPLETED
+from behest.client import Event, ModelStarted, ReasoningDelta, RunStarted, TextDelta
+
+# The kinds the terminal shows, each as its line (behest/wording.py, which the inspector's
+# timeline shows too); the others are bookkeeping, and kinds newer than this CLI.
+SHOWN = frozenset(
+    {
+        "tool_call_completed",
+        "tool_execution_finished",
+        "doom_loop_detected",
+        "compaction_circuit_opened",
+        "approval_requested",
+        "approval_resolved",
+        "client_tool_requested",
+        "client_tool_answered",
+        "run_completed",
+        "run_failed",
+        "run_cancelled",
+        "budget_exceeded",
+        "sub_run_started",
+        "sub_run_finished",
+        "output_rejected",
+    }
 )
+# The exit code each terminal event gives.
+EXIT_CODES = {
+    "run_completed": EXIT_OK,
+    "run_failed": EXIT_RUN_NOT_COMPLETED,
+    "run_cancelled": EXIT_RUN_NOT_COMPLETED,
+}
 
 
 class EventPrinter:
@@ -59,96 +66,33 @@ class EventPrinter:
             return
         if self._thinking:
             self._think_end()
-        match data:
-            case RunStarted(session_id=session_id):
-                print(f"run {event.run_id}  session {session_id}", file=self.err)
-                self.err.flush()
-            case ModelStarted(iteration=iteration):
-                if iteration in self._iterations:
-                    # The model call is repeated (retry or resume): its partial text is void.
-                    self._line("[retrying model call]")
-                self._iterations.add(iteration)
-            case TextDelta(delta=text):
-                self._write(text)
-            case ToolCallCompleted(call=call):
-                self._line(f"→ tool {call.name}({shorten(call.arguments)})")
-            case ToolExecutionFinished():
-                how = "failed" if data.is_error else "finished"
-                self._line(f"← {data.tool_name} {how} in {data.duration_ms} ms")
-            case DoomLoopDetected(description=description):
-                self._line(f"! doom loop detected: {description}")
-            case CompactionCircuitOpened(consecutive_failures=failures):
-                self._line(f"! compaction circuit opened after {failures} failures")
-            case ApprovalRequested() | ApprovalResolved():
-                self._render_approval(event.run_id, data)
-            case ClientToolRequested() | ClientToolAnswered():
-                self._render_client_tool(event.run_id, data)
-            case RunCompleted() | RunFailed() | RunCancelled():
-                self._render_end(data)
-            case BudgetExceeded():
-                self._line(
-                    f"! budget exceeded: {data.budget.name.lower()} {data.used} of {data.limit}"
-                )
-            case SubRunStarted(child_run_id=child):
-                self._line(f"→ sub-agent run {child} started")
-            case SubRunFinished(child_run_id=child, status=status):
-                self._line(f"← sub-agent run {child} {status.name.lower()}")
-            case OutputRejected():
-                then = "; asking the model once more" if data.repairing else ""
-                self._line(f"! answer rejected: {data.error}{then}")
-            case _:
-                # Bookkeeping events, and kinds newer than this CLI: nothing to show.
-                pass
+        if isinstance(data, RunStarted):
+            print(f"run {event.run_id}  session {data.session_id}", file=self.err)
+            self.err.flush()
+        elif isinstance(data, ModelStarted):
+            if data.iteration in self._iterations:
+                # The model call is repeated (retry or resume): its partial text is void.
+                self._line("[retrying model call]")
+            self._iterations.add(data.iteration)
+        elif isinstance(data, TextDelta):
+            self._write(data.delta)
+        elif event.kind in SHOWN and (said := wording.line(event.kind, data)) is not None:
+            self._line(said)
+            self._hint_for(event.kind, event.run_id, data)
+            self.exit_code = EXIT_CODES.get(event.kind, self.exit_code)
 
-    def _render_end(self, data: RunCompleted | RunFailed | RunCancelled) -> None:
-        """The terminal event, and the exit code it gives."""
-        match data:
-            case RunCompleted(finish_reason=reason, iterations=iterations):
-                self._line(
-                    f"✓ completed ({reason.name.lower()}, {plural(iterations, 'iteration')})"
-                )
-                self.exit_code = EXIT_OK
-            case RunFailed():
-                self._line(f"✗ failed{code(data.code)}: {data.error}")
-                self.exit_code = EXIT_RUN_NOT_COMPLETED
-            case RunCancelled():
-                why = f": {data.reason}" if data.reason else ""
-                self._line(f"✗ cancelled{by(data.cancelled_by)}{why}")
-                self.exit_code = EXIT_RUN_NOT_COMPLETED
-
-    def _render_approval(self, run_id: str, data: ApprovalRequested | ApprovalResolved) -> None:
-        """An approval request (with how to decide it), and how it was decided."""
-        if isinstance(data, ApprovalResolved):
-            self._line(resolution(data))
+    def _hint_for(self, kind: str, run_id: str, data: object) -> None:
+        """How to answer a call the run waits for."""
+        call = getattr(data, "call", None)
+        if call is None:
             return
-        call = data.call
-        self._line(
-            f"? {call.name}({shorten(call.arguments)}) waits for approval "
-            f"(call {call.id}{until(data.expires_at)})"
-        )
-        if self.approval_hints:
+        if kind == "approval_requested" and self.approval_hints:
             self._hint(f"to decide: behest approve {run_id} {call.id} [--deny REASON] [--always]")
-
-    def _render_client_tool(
-        self, run_id: str, data: ClientToolRequested | ClientToolAnswered
-    ) -> None:
-        """A client tool call (with how to answer it), and its answer."""
-        if isinstance(data, ClientToolAnswered):
-            if data.timed_out:
-                self._line(f"← {data.tool_name} timed out: the client sent no result")
-            else:
-                how = " with an error" if data.is_error else ""
-                self._line(f"← {data.tool_name} answered{how}{by(data.answered_by)}")
-            return
-        call = data.call
-        self._line(
-            f"? {call.name}({shorten(call.arguments)}) waits for the client's result "
-            f"(call {call.id}{until(data.expires_at)})"
-        )
-        self._hint(
-            f"the client runs it and answers: behest answer {run_id} {call.id} "
-            "--output TEXT [--error]"
-        )
+        elif kind == "client_tool_requested":
+            self._hint(
+                f"the client runs it and answers: behest answer {run_id} {call.id} "
+                "--output TEXT [--error]"
+            )
 
     def _think(self, text: str) -> None:
         if not self._thinking:
@@ -184,21 +128,3 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-_DECISIONS = {
-    Decision.ALLOW: "allowed",
-    Decision.ALLOW_ALWAYS: "allowed for the rest of the session",
-    Decision.DENY: "denied",
-}
-
-
-def resolution(resolved: ApprovalResolved) -> str:
-    """How an approval request was decided, as a line."""
-    decision = resolved.decision
-    if decision == Decision.TIMED_OUT:
-        return f"✗ {resolved.tool_name} denied: nobody decided in time"
-    allowed = decision in (Decision.ALLOW, Decision.ALLOW_ALWAYS)
-    how = _DECISIONS.get(decision, f"decided ({decision})")
-    why = f": {resolved.reason}" if resolved.reason and not allowed else ""
-    return f"{'✓' if allowed else '✗'} {resolved.tool_name} {how}{by(resolved.decided_by)}{why}"

@@ -1,7 +1,8 @@
 """What the pages show: a run's events as timeline items, runs and usage as plain strings.
 
-One function per event kind makes an `Item` (title, one-line summary, labelled sections of
-text); consecutive deltas (text, reasoning, tool arguments) join into one item spanning their
+One function per event kind makes an `Item` (title, labelled sections of text); its
+one-line summary is what the event says in behest/wording.py, the words the terminal shows
+too. Consecutive deltas (text, reasoning, tool arguments) join into one item spanning their
 sequence numbers. The server renders items with Jinja2 (autoescaped) and the live tail sends
 the same items as JSON, which inspector.js puts in the page as text, never as markup.
 """
@@ -14,13 +15,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from behest import wording
 from behest.domain import events as ev
 from behest.domain.messages import Message
 from behest.domain.runs import Run, RunStatus
 from behest.domain.spend import Money, TokenUsage
 
-# The longest text a section shows (a tool's output may be a megabyte).
+# The longest text a section shows (a tool's output may be a megabyte), and a summary.
 MAX_SECTION_CHARS = 20_000
+MAX_SUMMARY_CHARS = 400
 
 
 @dataclass(slots=True)
@@ -84,6 +87,9 @@ def item(event: ev.Event, context: Context) -> Item:
         last=event.sequence,
         time=stamp(event.timestamp),
     )
+    said = wording.line(base.name, event.payload)
+    if said is not None:
+        base.summary = wording.shorten(said, MAX_SUMMARY_CHARS)
     describe = _DESCRIBE.get(type(event.payload))
     if describe is not None:
         describe(base, event.payload, context)
@@ -91,15 +97,14 @@ def item(event: ev.Event, context: Context) -> Item:
 
 
 def _run_started(it: Item, p: ev.RunStarted, c: Context) -> None:
-    it.kind, it.title, it.summary = "model", "run started", f"{p.provider}/{p.model}"
-    it.sections = [("session", p.session_id)]
+    it.kind, it.title = "model", "run started"
 
 
 def _model_started(it: Item, p: ev.ModelStarted, c: Context) -> None:
     retry = c.iteration == p.iteration
     c.iteration = p.iteration
     it.kind, it.title = "model", "model call (retry)" if retry else "model call"
-    it.summary, it.status = f"{p.model}, iteration {p.iteration}", "CALLING_MODEL"
+    it.status = "CALLING_MODEL"
 
 
 def _text(it: Item, p: ev.TextDelta, c: Context) -> None:
@@ -111,7 +116,7 @@ def _reasoning(it: Item, p: ev.ReasoningDelta, c: Context) -> None:
 
 
 def _call_started(it: Item, p: ev.ToolCallStarted, c: Context) -> None:
-    it.kind, it.title, it.summary = "tool", "tool call", f"{p.tool_name} ({p.call_id})"
+    it.kind, it.title = "tool", "tool call"
 
 
 def _call_delta(it: Item, p: ev.ToolCallDelta, c: Context) -> None:
@@ -119,27 +124,30 @@ def _call_delta(it: Item, p: ev.ToolCallDelta, c: Context) -> None:
 
 
 def _call_completed(it: Item, p: ev.ToolCallCompleted, c: Context) -> None:
-    it.kind, it.title, it.summary = "tool", "tool call", f"{p.call.name} ({p.call.id})"
+    it.kind, it.title = "tool", "tool call"
     it.sections = [("arguments", pretty_json(p.call.arguments))]
 
 
 def _execution_started(it: Item, p: ev.ToolExecutionStarted, c: Context) -> None:
-    it.kind, it.title, it.summary = "tool", "tool running", f"{p.tool_name} ({p.call_id})"
+    it.kind, it.title = "tool", "tool running"
     it.status = "WAITING_FOR_TOOLS"
 
 
 def _execution_finished(it: Item, p: ev.ToolExecutionFinished, c: Context) -> None:
     it.kind, it.error = "tool", p.is_error
     it.title = "tool failed" if p.is_error else "tool finished"
-    it.summary = f"{p.tool_name} ({p.call_id}) in {p.duration_ms} ms"
+    it.sections = [("call", p.call_id)]
 
 
 def _tool_message(it: Item, p: ev.ToolMessageCommitted, c: Context) -> None:
     message = c.messages.get(p.message_id)
     it.kind, it.title = "tool", "tool result"
     if message is not None:
-        it.summary, it.error = f"{message.tool_name} ({message.tool_call_id})", message.is_error
-        it.sections = [("error" if message.is_error else "result", clip(message.text))]
+        it.error = message.is_error
+        it.sections = [
+            ("call", f"{message.tool_name} ({message.tool_call_id})"),
+            ("error" if message.is_error else "result", clip(message.text)),
+        ]
 
 
 def _assistant_message(it: Item, p: ev.AssistantMessageCommitted, c: Context) -> None:
@@ -151,97 +159,81 @@ def _assistant_message(it: Item, p: ev.AssistantMessageCommitted, c: Context) ->
 
 def _usage(it: Item, p: ev.UsageRecorded, c: Context) -> None:
     it.kind, it.title = "usage", "usage"
-    it.summary = tokens(p.usage) + (f", {money(p.cost)}" if p.cost is not None else "")
 
 
 def _completed(it: Item, p: ev.RunCompleted, c: Context) -> None:
     it.kind, it.title, it.status = "end", "run completed", "COMPLETED"
-    it.summary = f"{p.finish_reason.name.lower()}, {p.iterations} iterations"
 
 
 def _failed(it: Item, p: ev.RunFailed, c: Context) -> None:
     it.kind, it.title, it.error, it.status = "end", "run failed", True, "FAILED"
-    it.summary = p.code.name
     it.sections = [("error", clip(p.error))]
 
 
 def _cancelled(it: Item, p: ev.RunCancelled, c: Context) -> None:
     it.kind, it.title, it.status = "end", "run cancelled", "CANCELLED"
-    it.summary = f"by {p.cancelled_by or 'the server'}" + (f": {p.reason}" if p.reason else "")
 
 
 def _budget(it: Item, p: ev.BudgetExceeded, c: Context) -> None:
     it.error, it.title = True, "budget exceeded"
-    it.summary = f"{p.budget.name.lower()}: used {p.used} of {p.limit}"
 
 
 def _doom_loop(it: Item, p: ev.DoomLoopDetected, c: Context) -> None:
-    it.error, it.title, it.summary = True, "doom loop detected", p.description
+    it.error, it.title = True, "doom loop detected"
 
 
 def _breaker(it: Item, p: ev.CompactionCircuitOpened, c: Context) -> None:
     it.kind, it.error, it.title = "compaction", True, "compaction breaker opened"
-    it.summary = f"after {p.consecutive_failures} failures"
 
 
 def _compaction_started(it: Item, p: ev.CompactionStarted, c: Context) -> None:
     it.kind, it.title = "compaction", "compaction started"
-    it.summary = f"{p.messages_before} messages, ~{p.estimated_tokens_before} tokens ({p.reason})"
 
 
 def _compaction_finished(it: Item, p: ev.CompactionFinished, c: Context) -> None:
     it.kind, it.error = "compaction", not p.succeeded
     it.title = "compaction finished" if p.succeeded else "compaction failed"
-    how = "pruned" if p.pruned_only else "summarised"
-    it.summary = f"{how}: {p.messages_after} messages, ~{p.estimated_tokens_after} tokens"
     if p.error:
         it.sections = [("error", clip(p.error))]
 
 
 def _approval_requested(it: Item, p: ev.ApprovalRequested, c: Context) -> None:
     it.kind, it.title, it.status = "wait", "approval requested", "WAITING_FOR_INPUT"
-    it.summary = f"{p.call.name} ({p.call.id}), until {stamp(p.expires_at)}"
     it.sections = [("arguments", pretty_json(p.call.arguments))]
 
 
 def _approval_resolved(it: Item, p: ev.ApprovalResolved, c: Context) -> None:
     it.kind, it.title, it.error = "wait", "approval resolved", not p.decision.allows
-    it.summary = f"{p.tool_name} ({p.call_id}): {p.decision.name.lower()} by {p.decided_by}"
     if p.reason:
         it.sections = [("reason", clip(p.reason))]
 
 
 def _client_requested(it: Item, p: ev.ClientToolRequested, c: Context) -> None:
     it.kind, it.title, it.status = "wait", "client tool requested", "WAITING_FOR_INPUT"
-    it.summary = f"{p.call.name} ({p.call.id}), until {stamp(p.expires_at)}"
     it.sections = [("arguments", pretty_json(p.call.arguments))]
 
 
 def _client_answered(it: Item, p: ev.ClientToolAnswered, c: Context) -> None:
     it.kind, it.title, it.error = "wait", "client tool answered", p.is_error or p.timed_out
-    who = "timed out" if p.timed_out else f"by {p.answered_by}"
-    it.summary = f"{p.tool_name} ({p.call_id}) {who}" + (" (an error)" if p.is_error else "")
 
 
 def _sub_started(it: Item, p: ev.SubRunStarted, c: Context) -> None:
     it.kind, it.title, it.link = "tool", "sub-run started", f"/runs/{p.child_run_id}"
-    it.summary = f"{p.child_run_id} ({p.call_id})"
 
 
 def _sub_finished(it: Item, p: ev.SubRunFinished, c: Context) -> None:
     it.kind, it.title, it.link = "tool", "sub-run finished", f"/runs/{p.child_run_id}"
     it.error = p.status != RunStatus.COMPLETED
-    it.summary = f"{p.child_run_id}: {p.status.name.lower()}, {tokens(p.usage)}"
+    it.sections = [("usage", tokens(p.usage))]
 
 
 def _output_rejected(it: Item, p: ev.OutputRejected, c: Context) -> None:
     it.error, it.title = True, "output rejected"
-    it.summary = "asked for a repair" if p.repairing else "no repair left"
     it.sections = [("error", clip(p.error))]
 
 
 def _context_built(it: Item, p: ev.ContextBuilt, c: Context) -> None:
-    it.kind, it.title, it.summary = "model", "context built", f"{p.message_count} messages"
+    it.kind, it.title = "model", "context built"
 
 
 _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
@@ -298,18 +290,11 @@ def pretty_json(text: str) -> str:
 
 
 def tokens(usage: TokenUsage) -> str:
-    parts = [f"{usage.input_tokens} in", f"{usage.output_tokens} out"]
-    if usage.cached_input_tokens:
-        parts.append(f"{usage.cached_input_tokens} cached")
-    if usage.cache_write_tokens:
-        parts.append(f"{usage.cache_write_tokens} cache writes")
-    if usage.reasoning_tokens:
-        parts.append(f"{usage.reasoning_tokens} reasoning")
-    return ", ".join(parts) + " tokens"
+    return wording.tokens(usage, detail=True)
 
 
 def money(cost: Money | None) -> str:
-    return "—" if cost is None else f"{cost.amount.normalize():f} {cost.currency}"
+    return "—" if cost is None else wording.money(cost)
 
 
 def duration(run: Run, now: datetime) -> str:

@@ -1,0 +1,90 @@
+"""One description of events (behest/wording.py) for both doors: the terminal reads the
+client's types, the inspector the server's; an event says the same in both."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from behest import wording
+from behest.api import convert
+from behest.client import _wire
+from behest.domain import events as ev
+from behest.domain.messages import ToolCall
+from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.spend import BudgetKind, FailureCode, Money, TokenUsage
+from behest.domain.waits import Decision
+
+WHEN = datetime(2026, 12, 1, 17, 5, 9, 250_000, tzinfo=UTC)
+CALL = ToolCall("call-1", "lookup", '{"q": "' + "x" * 300 + '"}')
+USAGE = TokenUsage(1200, 340, cached_input_tokens=800, reasoning_tokens=120)
+COST = Money(Decimal("0.000150"), "USD")
+
+# One payload of each kind that has a line, with values that are not defaults.
+SAMPLES: list[ev.Payload] = [
+    ev.RunStarted("s-1", "local", "script"),
+    ev.ContextBuilt(7),
+    ev.ModelStarted("local", "script", 2),
+    ev.ToolCallStarted("call-1", "lookup"),
+    ev.ToolCallCompleted(CALL),
+    ev.ToolExecutionStarted("call-1", "lookup"),
+    ev.ToolExecutionFinished("call-1", "lookup", 12, is_error=True),
+    ev.ToolMessageCommitted("m-1"),
+    ev.AssistantMessageCommitted("m-2"),
+    ev.UsageRecorded(USAGE, COST),
+    ev.RunCompleted(FinishReason.STOP, 1),
+    ev.RunFailed("the provider said no", FailureCode.RATE_LIMITED),
+    ev.RunCancelled("alice", "enough"),
+    ev.BudgetExceeded(BudgetKind.COST, "0.01", "0.012"),
+    ev.DoomLoopDetected("lookup called 5 times with the same arguments"),
+    ev.CompactionCircuitOpened(1),
+    ev.CompactionStarted(40, 90_000, "threshold"),
+    ev.CompactionFinished(6, 12_000, pruned_only=False, succeeded=True),
+    ev.ApprovalRequested(CALL, WHEN),
+    ev.ApprovalResolved("call-1", "lookup", Decision.DENY, "alice", "not today"),
+    ev.ClientToolRequested(CALL, WHEN),
+    ev.ClientToolAnswered("call-1", "lookup", is_error=True, answered_by="bob", timed_out=False),
+    ev.SubRunStarted("call-1", "child-1", "s-2"),
+    ev.SubRunFinished("call-1", "child-1", RunStatus.FAILED, USAGE, COST),
+    ev.OutputRejected("missing property 'name'", repairing=True),
+]
+
+
+def both(payload: ev.Payload) -> tuple[str | None, str | None]:
+    """The line of `payload` read as the server's type and as the client gets it."""
+    event = ev.Event(run_id="r-1", sequence=3, payload=payload, timestamp=WHEN)
+    seen = _wire.event_of(convert.event(event))
+    return wording.line(ev.kind_of(payload), payload), wording.line(seen.kind, seen.data)
+
+
+def test_every_kind_but_the_deltas_has_a_line() -> None:
+    assert wording.LINE_KINDS | wording.DELTA_KINDS == set(ev.KINDS.values())
+    assert {ev.kind_of(p) for p in SAMPLES} == wording.LINE_KINDS
+
+
+def test_an_event_says_the_same_as_the_servers_type_and_the_clients() -> None:
+    for payload in SAMPLES:
+        server, client = both(payload)
+        assert server is not None and server == client, payload
+
+
+def test_lines_in_the_words_the_cli_has_always_written() -> None:
+    lines = {ev.kind_of(p): both(p)[0] for p in SAMPLES}
+    assert lines["tool_execution_finished"] == "← lookup failed in 12 ms"
+    assert lines["run_failed"] == "✗ failed [rate_limited]: the provider said no"
+    assert lines["approval_resolved"] == "✗ lookup denied by alice: not today"
+    assert lines["approval_requested"] == (
+        f"? lookup({wording.shorten(CALL.arguments)}) waits for approval "
+        "(call call-1, until 2026-12-01 17:05:09Z)"
+    )
+    assert len(wording.shorten(CALL.arguments)) == wording.MAX_ARGUMENTS_SHOWN
+    assert lines["usage_recorded"] == (
+        "· usage: 1200 in + 340 out tokens (800 cached, 120 reasoning), 0.000150 USD"
+    )
+    assert lines["compaction_circuit_opened"] == "! compaction circuit opened after 1 failure"
+    assert lines["sub_run_finished"] == "← sub-agent run child-1 failed"
+
+
+def test_deltas_and_kinds_newer_than_this_code_have_no_line() -> None:
+    assert wording.line("text_delta", ev.TextDelta("hi")) is None
+    assert wording.line("a_kind_from_the_future", object()) is None
