@@ -7,6 +7,7 @@ The `script` model calls the server's `calculator`, made to wait for an approval
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import enum
@@ -206,3 +207,34 @@ async def test_a_server_that_is_gone_is_unavailable(tmp_path: Path) -> None:
         with pytest.raises(Unavailable) as stream:
             _ = [e async for e in client.stream_run("hi")]  # could not be resumed
     assert stream.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+class Outage:
+    """Wraps a client's reconnect backoff: `failed` is set once a call has failed and waits."""
+
+    def __init__(self, client: BehestClient, waits_expected: int) -> None:
+        self.failed = asyncio.Event()
+        self._waits, self._expected, self._backoff = 0, waits_expected, client._backoff
+        client._backoff = self  # type: ignore[assignment]
+
+    async def wait(self, attempt: int) -> bool:
+        self._waits += 1
+        if self._waits >= self._expected:
+            self.failed.set()
+        return await self._backoff.wait(attempt)
+
+
+async def test_reads_and_cancels_are_retried_until_the_server_is_back(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server, BehestClient(server.address) as client:
+        run = await client.create_run(APPROVE_ONCE, WAITS)
+        address = server.address
+    retrying = BehestClient(address, reconnect_attempts=200, reconnect_backoff_s=0.05)
+    outage = Outage(retrying, waits_expected=2)
+    async with retrying:
+        calls = asyncio.gather(retrying.get_run(run.run_id), retrying.cancel(run.run_id))
+        await outage.failed.wait()  # both were refused while no server listened
+        async with serving(tmp_path, listen=address):
+            got, cancelled = await calls
+            again = await retrying.cancel(run.run_id)  # a repeat tells the same truth
+    assert got.id == run.run_id
+    assert cancelled == again == RunStatus.CANCELLED

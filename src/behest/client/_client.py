@@ -159,15 +159,16 @@ class BehestClient:
             await attendant.on_event(event)
 
     async def cancel(self, run_id: str, reason: str = "") -> RunStatus:
-        """Cancel an active run; the status it ended with."""
+        """Cancel an active run; the status it ended with. Retried on UNAVAILABLE: a run
+        already cancelled answers CANCELLED again."""
         request = _wire.run.CancelRunRequest(run_id=run_id, reason=reason)
-        response = await self._unary(self._s.runs.CancelRun, request, retry=False)
+        response = await self._unary(self._s.runs.CancelRun, request)
         return _wire.enum_of(RunStatus, response.status)
 
     async def get_run(self, run_id: str) -> Run:
         """One run's record."""
         request = _wire.run.GetRunRequest(run_id=run_id)
-        return _wire.run_of((await self._unary(self._s.runs.GetRun, request, retry=False)).run)
+        return _wire.run_of((await self._unary(self._s.runs.GetRun, request)).run)
 
     async def list_runs(
         self,
@@ -183,14 +184,14 @@ class BehestClient:
             status=status.value,  # type: ignore[arg-type]
             pagination=_wire.Pagination(limit=limit, offset=offset),
         )
-        response = await self._unary(self._s.runs.ListRuns, request, retry=False)
+        response = await self._unary(self._s.runs.ListRuns, request)
         return [_wire.run_of(r) for r in response.runs]
 
     async def get_output(self, run_id: str) -> Output:
         """What a finished run produced."""
         request = _wire.run.GetRunOutputRequest(run_id=run_id)
         return _wire.output_of(
-            (await self._unary(self._s.runs.GetRunOutput, request, retry=False)).output
+            (await self._unary(self._s.runs.GetRunOutput, request)).output
         )
 
     async def run_events(
@@ -287,7 +288,8 @@ class BehestClient:
     # --- calls: every status becomes a BehestError here ------------------------------------
 
     async def _unary(self, method: Any, request: Any, *, retry: bool = True) -> Any:
-        """A unary call; retried on UNAVAILABLE with backoff when `retry` (idempotent ones)."""
+        """A unary call; retried on UNAVAILABLE with backoff unless `retry` is off: every call
+        is idempotent but DeleteSession, whose repeat would answer NotFound."""
         attempt = 0
         while True:
             try:
