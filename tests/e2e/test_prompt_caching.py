@@ -152,7 +152,8 @@ def test_cache_breakpoints_are_checked_at_start(tmp_path: Path) -> None:
     def settings(table: dict[str, Any]) -> Settings:
         return fast_settings(tmp_path).with_tables({"providers": {"p": table}}, source="test")
 
-    with pytest.raises(ValueError, match=r"providers.p.cache_breakpoints must be a list of tools"):
+    bad_list = r"'providers\.p\.cache_breakpoints': must be a list of tools"
+    with pytest.raises(ValueError, match=bad_list):
         App(settings({"type": "anthropic", "api_key_env": "HOME", "cache_breakpoints": ["all"]}))
     with pytest.raises(ValueError, match=r"only an anthropic provider takes them"):
         App(settings({"type": "local", "cache_breakpoints": ["tools"]}))

@@ -48,8 +48,8 @@ def test_keys_under_a_behest_table_count_as_top_level(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ('[providers.p]\ntype = "nope"\n', "providers.p.type must be one of"),
-        ("[mcp]\nother = 1\n", "[mcp] table may only hold"),
+        ('[providers.p]\ntype = "nope"\n', "setting 'providers.p.type': must be one of"),
+        ("[mcp]\nother = 1\n", "setting 'mcp.other': Extra inputs are not permitted"),
     ],
 )
 def test_a_bad_table_names_its_key(tmp_path: Path, text: str, problem: str) -> None:

@@ -3,8 +3,10 @@
 Sources, lowest first: defaults → a TOML file (`--config FILE` or BEHEST_CONFIG; plain keys at
 top level or under `[behest]`, and the tables `[providers.*]`, `[mcp.servers.*]`, `[auth]`,
 `[tls]`, `[tenants.*]`) → environment variables `BEHEST_<NAME>` (nested: `BEHEST_AUTH__MODE`)
-→ command-line flags. Every value is typed and checked; a bad one stops the start with an
-error naming the setting and the value.
+→ command-line flags. Every value is typed and checked, the tables too, each a strict
+pydantic model: [auth], [tls], [tenants.*] in tables.py, [providers.*] in providers/config.py
+(API keys read once, when checked), [mcp] in tools/mcp_config.py. A bad one stops the start
+with an error naming the setting and the value, unless that may be a secret (explain.py).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from behest.config.explain import explain
 from behest.config.exposure import check_exposed, check_http_listen, is_loopback
 from behest.config.tables import (
     Amount,
@@ -31,9 +34,9 @@ from behest.config.tables import (
     TlsSettings,
     TokenConfig,
 )
-from behest.providers.config import ProviderConfig, parse_providers
+from behest.providers.config import ProviderConfig, ProviderName, ProviderTable
 from behest.providers.retry import RetryPolicy
-from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
+from behest.tools.mcp_config import McpServerConfig, McpSettings
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -149,11 +152,13 @@ class Settings(BaseSettings):
     approval_timeout_s: float = Field(default=86_400.0, gt=0)
     client_tool_timeout_s: float = Field(default=600.0, gt=0)
     max_wait_s: float = Field(default=30 * 86_400.0, gt=0)
-    # Model providers besides `local`: the [providers.NAME] tables, parsed by `provider_configs`.
-    providers: dict[str, Any] = Field(default_factory=dict)
-    # MCP servers whose tools behest offers ([mcp.servers.NAME] tables), and how long each
-    # may take to start before it is reported failed.
-    mcp: dict[str, Any] = Field(default_factory=dict)
+    # Model providers besides `local`: the [providers.NAME] tables (providers/config.py),
+    # their keys read once; as the adapters take them: `provider_configs`.
+    providers: dict[ProviderName, ProviderTable] = Field(default_factory=dict)
+    # MCP servers whose tools behest offers ([mcp.servers.NAME] tables, tools/mcp_config.py;
+    # as they are run: `mcp_servers`), and how long each may take to start before it is
+    # reported failed.
+    mcp: McpSettings = Field(default_factory=McpSettings)
     mcp_start_timeout_s: float = Field(default=30.0, gt=0)
     # This process's name in run claims. Unset: a name of its own (host-pid-random), so two
     # processes never act as one owner. Set (e.g. a StatefulSet pod's name): refused at start
@@ -180,14 +185,17 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     tenants: dict[str, TenantLimits] = Field(default_factory=dict)
+    # The [providers.NAME] tables as the adapters take them, made once when checked.
+    _provider_configs: tuple[ProviderConfig, ...] = PrivateAttr(default=())
 
-    @field_validator("mcp")
-    @classmethod
-    def _mcp_tables(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if set(value) - {"servers"}:
-            raise ValueError("the [mcp] table may only hold [mcp.servers.NAME] tables")
-        parse_mcp_servers(value.get("servers", {}))
-        return value
+    @model_validator(mode="after")
+    def _made_once(self) -> Settings:
+        """Each provider with the server's defaults for what its table does not set."""
+        self._provider_configs = tuple(
+            table.config(name, defaults=self.retry_policy, timeout_s=self.provider_timeout_s)
+            for name, table in self.providers.items()
+        )
+        return self
 
     @model_validator(mode="after")
     def _safe_to_serve(self) -> Settings:
@@ -244,38 +252,32 @@ class Settings(BaseSettings):
         try:
             settings = cls(**{k: v for k, v in overrides.items() if v is not None})
         except ValidationError as exc:
-            raise ValueError(_explain(exc, path)) from None
+            raise ValueError(explain(exc, path, cls)) from None
         finally:
             _CONFIG_FILE.reset(token)
-        settings.provider_configs()  # a bad [providers.*] table stops the start here
         return settings
 
     def with_values(self, values: dict[str, Any], *, source: str) -> Settings:
-        """A copy with `values` applied (checked as at start-up); tables included."""
-        data = {**self.model_dump(), **values}
+        """A copy with `values` applied (checked as at start-up); tables included. Only what
+        was set is carried over: a table's unset keys stay unset (an MCP server's `args`)."""
+        data = {**self.model_dump(exclude_unset=True), **values}
         try:
-            updated = type(self).model_validate(data)
+            return type(self).model_validate(data)
         except ValidationError as exc:
-            raise ValueError(_explain(exc, source)) from None
-        updated.provider_configs()
-        return updated
+            raise ValueError(explain(exc, source, type(self))) from None
 
     def with_tables(self, tables: dict[str, Any], *, source: str) -> Settings:
         """A copy with settings-file tables ([providers.*], [mcp], [auth], …) applied."""
         return self.with_values(tables, source=source)
 
-    def provider_configs(self) -> list[ProviderConfig]:
-        """The [providers.NAME] tables, parsed (API keys read from their env or file)."""
-        try:
-            return parse_providers(
-                self.providers, defaults=self.retry_policy, timeout_s=self.provider_timeout_s
-            )
-        except ValueError as exc:
-            raise ValueError(f"settings: {exc}") from None
+    def provider_configs(self) -> tuple[ProviderConfig, ...]:
+        """The [providers.NAME] tables as the adapters take them (keys read at the check)."""
+        return self._provider_configs
 
     @property
-    def mcp_servers(self) -> list[McpServerConfig]:
-        return parse_mcp_servers(self.mcp.get("servers", {}))
+    def mcp_servers(self) -> tuple[McpServerConfig, ...]:
+        """The [mcp.servers.NAME] tables as the servers are run."""
+        return self.mcp.configs
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -311,21 +313,3 @@ class _TomlFile(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return dict(self._data)
-
-
-def _explain(error: ValidationError, source: str | None) -> str:
-    """One line per bad setting: where it is, what is wrong, the value given."""
-    where = f"{source}: " if source else ""
-    lines = []
-    for problem in error.errors(include_url=False):
-        message = str(problem["msg"]).removeprefix("Value error, ")
-        if not problem["loc"]:
-            lines.append(f"{where}{message}")
-            continue
-        key = ".".join(str(part) for part in problem["loc"])
-        given = problem.get("input")
-        # A value under [auth] or [tls] may be a secret pasted into the wrong key.
-        secret = key.startswith(("auth", "tls"))
-        shown = "" if isinstance(given, dict) or secret else f" (got {given!r:.80})"
-        lines.append(f"{where}setting {key!r}: {message}{shown}")
-    return "\n".join(lines)

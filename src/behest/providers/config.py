@@ -27,19 +27,35 @@
 
 Prices are optional, but input_price and output_price come together; a model without them
 has no cost. A `local` provider takes model tables too, for its models `echo` and `script`.
-The key is read once at start-up and kept out of every repr, log line and event.
+Unset retry fields and timeout_s take the server's provider_* settings.
+
+Each table is a strict pydantic model (ProviderTable, ModelTable) that Settings holds and
+checks with every other setting; `ProviderTable.config` gives the frozen ProviderConfig the
+adapters use. The key is read once, when the table is checked at start-up, and kept out of
+every repr, log line, event and error.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from behest.domain.content import ContentPart, PartKind
 from behest.domain.spend import Prices, parse_amount
@@ -53,25 +69,12 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _MEDIA = re.compile(r"(\*|[a-z0-9.+-]{1,64})/(\*|[a-z0-9.+-]{1,64})")
 # Far above any model's price per million tokens: a bigger one is a typo.
 MAX_PRICE = Decimal(1_000_000)
-_LIMITS = ("context_window", "max_output_tokens")
 _PRICES = ("input_price", "output_price", "cached_input_price", "cache_write_price")
-_KEYS = {
-    "type",
-    "currency",
-    "base_url",
-    "api_key_env",
-    "api_key_file",
-    "default_model",
-    "models",
-    "timeout_s",
-    "max_attempts",
-    "backoff_initial_s",
-    "backoff_max_s",
-    "max_retry_after_s",
-    "cache_breakpoints",
-}
 # Where an anthropic provider puts prompt-cache breakpoints (cache_control), by default all.
 CACHE_BREAKPOINTS = ("tools", "instructions", "transcript")
+DEFAULT_CONTEXT_WINDOW = 128_000
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+T = TypeVar("T")
 
 
 # What a model of each provider type takes beside text, unless its settings say
@@ -88,8 +91,8 @@ class ModelInfo:
     """What behest needs to know of a model: its context window, output limit, prices, and
     the media it takes beside text (None: its provider type's DEFAULT_INPUT_MEDIA)."""
 
-    context_window: int = 128_000
-    max_output_tokens: int = 4096
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     prices: Prices | None = None
     input_media: tuple[str, ...] | None = None
 
@@ -124,171 +127,211 @@ class ProviderConfig:
         return info
 
 
-def parse_providers(
-    section: dict[str, Any], *, defaults: RetryPolicy, timeout_s: float
-) -> list[ProviderConfig]:
-    """Parse the `[providers.*]` tables; errors name the provider and the field."""
-    return [
-        _parse_one(name, raw, defaults=defaults, timeout_s=timeout_s)
-        for name, raw in section.items()
-    ]
+# --- the checks of single values; Settings' errors name the table and the key ------------
 
 
-def _parse_one(name: str, raw: Any, *, defaults: RetryPolicy, timeout_s: float) -> ProviderConfig:
-    where = f"providers.{name}"
-    if not _NAME.match(name):
-        raise ValueError(f"{where}: names may use letters, digits, '_', '-' and '.'")
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where} must be a table")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}")
-    kind = raw.get("type", "")
-    if kind not in TYPES:
-        raise ValueError(f"{where}.type must be one of {', '.join(TYPES)}")
-    currency = raw.get("currency", "USD")
-    if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
-        raise ValueError(f'{where}.currency must be 3 capital letters (ISO 4217), e.g. "USD"')
-    return ProviderConfig(
-        name=name,
-        type=kind,
-        base_url=str(raw.get("base_url", "")),
-        api_key=_api_key(where, raw),
-        default_model=str(raw.get("default_model", "")),
-        currency=currency,
-        models=_models(where, kind, raw.get("models"), currency),
-        timeout_s=_seconds(where, raw, "timeout_s", timeout_s),
-        cache_breakpoints=_breakpoints(where, kind, raw),
-        retry=RetryPolicy(
-            max_attempts=int(raw.get("max_attempts", defaults.max_attempts)),
-            backoff_initial_s=_seconds(where, raw, "backoff_initial_s", defaults.backoff_initial_s),
-            backoff_max_s=_seconds(where, raw, "backoff_max_s", defaults.backoff_max_s),
-            max_retry_after_s=_seconds(where, raw, "max_retry_after_s", defaults.max_retry_after_s),
-        ),
-    )
+def _name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError("a provider's name may use letters, digits, '_', '-' and '.'")
+    return value
 
 
-def _models(where: str, kind: str, raw: Any, currency: str) -> dict[str, ModelInfo]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}.models must be a table of models")
-    models = {}
-    for model, info in raw.items():
-        at = f'{where}.models."{model}"'
-        if kind == "local" and model not in LOCAL_MODELS:
-            # The local provider answers only these; a table for another name is a typo.
-            raise ValueError(f"{at}: a local provider's models are {', '.join(LOCAL_MODELS)}")
-        if not isinstance(info, dict) or set(info) - {*_LIMITS, *_PRICES, "input_media"}:
-            raise ValueError(f"{at} may set {', '.join(_LIMITS + _PRICES)}, input_media only")
-        limits = {key: _limit(at, key, info[key]) for key in _LIMITS if key in info}
-        models[model] = ModelInfo(
-            **limits,
-            prices=_prices(at, info, currency),
-            input_media=_media(at, info["input_media"]) if "input_media" in info else None,
-        )
-    return models
+def _type(value: object) -> object:
+    if value not in TYPES:
+        raise ValueError(f"must be one of {', '.join(TYPES)}")
+    return value
 
 
-def _breakpoints(where: str, kind: str, raw: dict[str, Any]) -> tuple[str, ...]:
-    """An anthropic provider's cache_breakpoints (default all); others cache by themselves."""
-    if "cache_breakpoints" not in raw:
-        return CACHE_BREAKPOINTS if kind == "anthropic" else ()
-    value = raw["cache_breakpoints"]
-    if kind != "anthropic":
-        raise ValueError(
-            f"{where}.cache_breakpoints: only an anthropic provider takes them (OpenAI caches "
-            "long prompts by itself, and reports the cached tokens)"
-        )
-    if not isinstance(value, list) or not set(value) <= set(CACHE_BREAKPOINTS):
-        raise ValueError(
-            f"{where}.cache_breakpoints must be a list of {', '.join(CACHE_BREAKPOINTS)} "
-            f"([] for none); got {value!r}"
-        )
-    return tuple(value)
+def _currency(value: object) -> object:
+    if not isinstance(value, str) or not _CURRENCY.fullmatch(value):
+        raise ValueError('must be 3 capital letters (ISO 4217), e.g. "USD"')
+    return value
 
 
-def _media(at: str, value: Any) -> tuple[str, ...]:
-    """A model's input_media: media types ("image/png", "image/*", "application/pdf")."""
-    if not isinstance(value, list) or not all(
-        isinstance(m, str) and _MEDIA.fullmatch(m) for m in value
-    ):
-        raise ValueError(
-            f'{at}.input_media must be a list of media types, e.g. ["image/*", '
-            f'"application/pdf"] ([] for text only); got {value!r}'
-        )
-    return tuple(value)
+def _env_name(value: str) -> str:
+    if value and not _ENV_NAME.match(value):
+        # Not a variable's name: most likely the key itself, which must not be echoed.
+        raise ValueError("must name an environment variable (A-Z, 0-9, _), not hold the key")
+    return value
 
 
-def _limit(at: str, key: str, value: Any) -> int:
+def _tokens(value: object) -> int:
     try:
-        number = int(value)
+        number = int(value)  # type: ignore[call-overload]  # anything else is refused below
     except (TypeError, ValueError, OverflowError):
         number = -1
     if isinstance(value, bool) or number < 0:
-        raise ValueError(f"{at}.{key} must be a whole number of tokens, got {value!r}")
+        raise ValueError("must be a whole number of tokens")
     return number
 
 
-def _prices(at: str, info: dict[str, Any], currency: str) -> Prices | None:
-    """A model's prices, or None when it sets none; input and output come together."""
-    given = {key: _price(at, key, info[key]) for key in _PRICES if key in info}
-    if not given:
-        return None
-    missing = [key for key in _PRICES[:2] if key not in given]
-    if missing:
-        raise ValueError(
-            f"{at}: {' and '.join(missing)} missing; a model's prices need both "
-            "input_price and output_price"
-        )
-    return Prices(
-        input=given["input_price"],
-        output=given["output_price"],
-        cached_input=given.get("cached_input_price"),
-        cache_write=given.get("cache_write_price"),
-        currency=currency,
-    )
-
-
-def _price(at: str, key: str, value: Any) -> Decimal:
+def _price(value: object) -> Decimal:
+    if isinstance(value, Decimal):  # checked before (a copy of the settings)
+        value = str(value)
     if not isinstance(value, str):
         # A TOML float is binary: 0.15 is not 0.15, and money must be exact.
-        raise ValueError(
-            f'{at}.{key}: prices are decimal strings, e.g. input_price = "0.15", '
-            f"never floats; got {value!r}"
-        )
+        raise ValueError('prices are decimal strings, e.g. input_price = "0.15", never floats')
     try:
         return parse_amount(value, maximum=MAX_PRICE)
     except ValueError:
         raise ValueError(
-            f"{at}.{key} must be a decimal price per million tokens from 0 to {MAX_PRICE}, "
-            f'e.g. "0.15"; got {value!r}'
+            f'must be a decimal price per million tokens from 0 to {MAX_PRICE}, e.g. "0.15"'
         ) from None
 
 
-def _seconds(where: str, raw: dict[str, Any], key: str, default: float) -> float:
-    value = float(raw.get(key, default))
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where}.{key} must be a finite number of seconds, got {value!r}")
-    return value
+def _media(value: object) -> tuple[str, ...]:
+    """A model's input_media: media types ("image/png", "image/*", "application/pdf")."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(m, str) and _MEDIA.fullmatch(m) for m in value
+    ):
+        raise ValueError(
+            'must be a list of media types, e.g. ["image/*", "application/pdf"] ([] for text only)'
+        )
+    return tuple(value)
 
 
-def _api_key(where: str, raw: dict[str, Any]) -> str:
-    if raw.get("api_key_env"):
-        name = str(raw["api_key_env"])
-        if not _ENV_NAME.match(name):
-            # Not a variable's name: most likely the key itself, which must not be echoed.
+def _breakpoints(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not set(value) <= set(CACHE_BREAKPOINTS):
+        raise ValueError(f"must be a list of {', '.join(CACHE_BREAKPOINTS)} ([] for none)")
+    return tuple(value)
+
+
+ProviderName = Annotated[str, AfterValidator(_name)]
+Tokens = Annotated[int, BeforeValidator(_tokens)]
+Price = Annotated[Decimal, BeforeValidator(_price)]
+Seconds = Annotated[float, Field(ge=0)]
+_STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class ModelTable(BaseModel):
+    """One `[providers.NAME.models."MODEL"]` table."""
+
+    model_config = _STRICT
+
+    context_window: Tokens = DEFAULT_CONTEXT_WINDOW
+    max_output_tokens: Tokens = DEFAULT_MAX_OUTPUT_TOKENS
+    input_price: Price | None = None
+    output_price: Price | None = None
+    cached_input_price: Price | None = None
+    cache_write_price: Price | None = None
+    input_media: Annotated[tuple[str, ...], BeforeValidator(_media)] | None = None
+
+    @model_validator(mode="after")
+    def _prices_together(self) -> ModelTable:
+        """Prices are optional, but input_price and output_price come together."""
+        given = [key for key in _PRICES if getattr(self, key) is not None]
+        missing = [key for key in _PRICES[:2] if key not in given]
+        if given and missing:
             raise ValueError(
-                f"{where}.api_key_env must name an environment variable (A-Z, 0-9, _), "
-                "not hold the key"
+                f"{' and '.join(missing)} missing; a model's prices need both "
+                "input_price and output_price"
             )
-        value = os.environ.get(name, "")
-        if not value:
-            raise ValueError(f"{where}: environment variable {name} is not set")
+        return self
+
+    def info(self, currency: str) -> ModelInfo:
+        prices = None
+        if self.input_price is not None and self.output_price is not None:
+            prices = Prices(
+                input=self.input_price,
+                output=self.output_price,
+                cached_input=self.cached_input_price,
+                cache_write=self.cache_write_price,
+                currency=currency,
+            )
+        return ModelInfo(self.context_window, self.max_output_tokens, prices, self.input_media)
+
+
+class ProviderTable(BaseModel):
+    """One `[providers.NAME]` table; unset retry fields and timeout_s take the server's."""
+
+    model_config = _STRICT
+
+    type: Annotated[Literal["openai", "anthropic", "local"], BeforeValidator(_type)]
+    currency: Annotated[str, BeforeValidator(_currency)] = "USD"
+    base_url: str = ""
+    api_key_env: Annotated[str, AfterValidator(_env_name)] = ""
+    api_key_file: str = ""
+    default_model: str = ""
+    models: dict[str, ModelTable] = Field(default_factory=dict)
+    timeout_s: Seconds | None = None
+    max_attempts: int | None = Field(default=None, ge=1)
+    backoff_initial_s: Seconds | None = None
+    backoff_max_s: Seconds | None = None
+    max_retry_after_s: Seconds | None = None
+    # Only an anthropic provider's; unset: all of CACHE_BREAKPOINTS.
+    cache_breakpoints: Annotated[tuple[str, ...], BeforeValidator(_breakpoints)] | None = None
+    # Read from api_key_env or api_key_file when the table is checked; never dumped or shown.
+    _api_key: str = PrivateAttr(default="")
+
+    @field_validator("models")
+    @classmethod
+    def _local_models(
+        cls, models: dict[str, ModelTable], info: ValidationInfo
+    ) -> dict[str, ModelTable]:
+        unknown = [name for name in models if name not in LOCAL_MODELS]
+        if info.data.get("type") == "local" and unknown:
+            # The local provider answers only these; a table for another name is a typo.
+            raise ValueError(
+                f"a local provider's models are {', '.join(LOCAL_MODELS)}, not "
+                f"{', '.join(map(repr, unknown))}"
+            )
+        return models
+
+    @field_validator("cache_breakpoints")
+    @classmethod
+    def _anthropic_only(
+        cls, value: tuple[str, ...] | None, info: ValidationInfo
+    ) -> tuple[str, ...] | None:
+        if value is not None and info.data.get("type", "anthropic") != "anthropic":
+            raise ValueError(
+                "only an anthropic provider takes them (OpenAI caches long prompts by "
+                "itself, and reports the cached tokens)"
+            )
         return value
-    if raw.get("api_key_file"):
+
+    @model_validator(mode="after")
+    def _read_key(self) -> ProviderTable:
+        self._api_key = _api_key(self.api_key_env, self.api_key_file)
+        return self
+
+    def config(self, name: str, *, defaults: RetryPolicy, timeout_s: float) -> ProviderConfig:
+        """The provider as its adapter takes it; `defaults` and `timeout_s` for unset fields."""
+        breakpoints = self.cache_breakpoints
+        if breakpoints is None:
+            breakpoints = CACHE_BREAKPOINTS if self.type == "anthropic" else ()
+        return ProviderConfig(
+            name=name,
+            type=self.type,
+            base_url=self.base_url,
+            api_key=self._api_key,
+            default_model=self.default_model,
+            currency=self.currency,
+            models={model: table.info(self.currency) for model, table in self.models.items()},
+            timeout_s=timeout_s if self.timeout_s is None else self.timeout_s,
+            cache_breakpoints=breakpoints,
+            retry=RetryPolicy(
+                max_attempts=_or(self.max_attempts, defaults.max_attempts),
+                backoff_initial_s=_or(self.backoff_initial_s, defaults.backoff_initial_s),
+                backoff_max_s=_or(self.backoff_max_s, defaults.backoff_max_s),
+                max_retry_after_s=_or(self.max_retry_after_s, defaults.max_retry_after_s),
+            ),
+        )
+
+
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
+def _api_key(env: str, file: str) -> str:
+    """The key, from its environment variable or file (read once, at start-up)."""
+    if env:
+        value = os.environ.get(env, "")
+        if not value:
+            raise ValueError(f"api_key_env: environment variable {env} is not set")
+        return value
+    if file:
         try:
-            return Path(raw["api_key_file"]).read_text().strip()
+            return Path(file).read_text().strip()
         except OSError as exc:
-            raise ValueError(f"{where}: cannot read api_key_file: {exc.strerror}") from None
+            raise ValueError(f"api_key_file: cannot read it: {exc.strerror}") from None
     return ""

@@ -42,12 +42,12 @@ from behest import __version__
 from behest.backoff import backoff_s
 from behest.errors import describe
 from behest.tools.base import Tool, ToolResult
-from behest.tools.mcp_config import McpServerConfig, parse_mcp_servers
+from behest.tools.mcp_config import McpServerConfig
 from behest.tools.mcp_framing import sendable
 from behest.tools.mcp_tools import listed_tools, make_tools, result_text
 from behest.tools.mcp_transport import Connection, transport
 
-__all__ = ["McpServerConfig", "McpToolSource", "parse_mcp_servers", "result_text"]
+__all__ = ["McpServerConfig", "McpToolSource", "result_text"]
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,40 @@
-"""MCP server settings: the `[mcp.servers.NAME]` tables (cheap to import: no SDK here)."""
+"""MCP server settings: the `[mcp]` table and its `[mcp.servers.NAME]` tables (cheap to
+import: no SDK here).
+
+    [mcp.servers.files]                  # a command run over stdio
+    command = "npx"
+    args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/data"]
+    env = { LOG_LEVEL = "debug" }        # and cwd
+    timeout_s = 30                       # per tool call
+    requires_approval = false            # every call waits for an approval
+    [mcp.servers.search]                 # or a streamable HTTP url
+    url = "http://127.0.0.1:8931/mcp"
+    headers = { Authorization = "Bearer ..." }
+
+Each table is a strict pydantic model that Settings holds and checks with every other
+setting; McpSettings.configs gives the frozen McpServerConfig each server is run with.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    model_validator,
+)
 
 from behest.tools.base import DEFAULT_TIMEOUT_S
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
-_KEYS = frozenset(
-    {"command", "args", "env", "cwd", "url", "headers", "timeout_s", "requires_approval"}
-)
 
 
 @dataclass(frozen=True)
@@ -45,71 +67,80 @@ class McpServerConfig:
         return "stdio" if self.command else "streamable HTTP"
 
 
-def parse_mcp_servers(section: Mapping[str, Any]) -> list[McpServerConfig]:
-    """The servers of a `[mcp.servers.NAME]` settings section; ValueError names a bad entry."""
-    if not isinstance(section, Mapping):
-        raise ValueError("[mcp.servers] must be a table of servers")
-    return [_parse_server(name, entry) for name, entry in section.items()]
-
-
-def _parse_server(name: str, entry: Any) -> McpServerConfig:
-    where = f"MCP server {name!r}"
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise ValueError(f"{where}: the name must use only letters, digits, '_' and '-'")
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{where}: expected a table like [mcp.servers.{name}]")
-    unknown = sorted(set(entry) - _KEYS)
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_KEYS))})"
-        )
-    command = _string(entry, "command", where)
-    url = _string(entry, "url", where)
-    if bool(command) == bool(url):
-        raise ValueError(f"{where}: set exactly one of 'command' (stdio) or 'url' (HTTP)")
-    if url:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"{where}: url must start with http:// or https://")
-        stdio_only = sorted(k for k in ("args", "env", "cwd") if k in entry)
-        if stdio_only:
-            raise ValueError(f"{where}: {', '.join(stdio_only)} only apply to a 'command'")
-    elif "headers" in entry:
-        raise ValueError(f"{where}: headers only apply to a 'url'")
-    args = entry.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ValueError(f"{where}: args must be a list of strings")
-    timeout_s = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-        raise ValueError(f"{where}: timeout_s must be a positive number of seconds")
-    requires_approval = entry.get("requires_approval", False)
-    if not isinstance(requires_approval, bool):
-        raise ValueError(f"{where}: requires_approval must be true or false")
-    return McpServerConfig(
-        name=name,
-        command=command,
-        args=tuple(args),
-        env=_string_table(entry, "env", where),
-        cwd=_string(entry, "cwd", where),
-        url=url,
-        headers=_string_table(entry, "headers", where),
-        timeout_s=float(timeout_s),
-        requires_approval=requires_approval,
-    )
-
-
-def _string(entry: Mapping[str, Any], key: str, where: str) -> str:
-    value = entry.get(key, "")
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: {key} must be a string")
+def _name(value: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError("a server's name may use only letters, digits, '_' and '-'")
     return value
 
 
-def _string_table(entry: Mapping[str, Any], key: str, where: str) -> dict[str, str] | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ValueError(f"{where}: {key} must be a table of strings")
-    return dict(value)
+def _strings(value: object) -> object:
+    if not isinstance(value, list | tuple) or not all(isinstance(a, str) for a in value):
+        raise ValueError("must be a list of strings")
+    return value
+
+
+_STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class McpServerTable(BaseModel):
+    """One `[mcp.servers.NAME]` table: exactly one of `command` (stdio) or `url` (HTTP)."""
+
+    model_config = _STRICT
+
+    command: str = ""
+    args: Annotated[tuple[str, ...], BeforeValidator(_strings)] = ()
+    env: dict[str, str] | None = None
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] | None = None
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, strict=True)
+    requires_approval: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerTable:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("set exactly one of 'command' (stdio) or 'url' (HTTP)")
+        given = self.model_fields_set
+        if self.url:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("url must start with http:// or https://")
+            stdio_only = [key for key in ("args", "env", "cwd") if key in given]
+            if stdio_only:
+                raise ValueError(f"{', '.join(stdio_only)} only apply to a 'command'")
+        elif "headers" in given:
+            raise ValueError("headers only apply to a 'url'")
+        return self
+
+    def config(self, name: str) -> McpServerConfig:
+        return McpServerConfig(
+            name=name,
+            command=self.command,
+            args=self.args,
+            env=None if self.env is None else dict(self.env),
+            cwd=self.cwd,
+            url=self.url,
+            headers=None if self.headers is None else dict(self.headers),
+            timeout_s=self.timeout_s,
+            requires_approval=self.requires_approval,
+        )
+
+
+class McpSettings(BaseModel):
+    """The `[mcp]` table: `[mcp.servers.NAME]` tables, nothing else."""
+
+    model_config = _STRICT
+
+    servers: dict[Annotated[str, AfterValidator(_name)], McpServerTable] = Field(
+        default_factory=dict
+    )
+    _configs: tuple[McpServerConfig, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="after")
+    def _made_once(self) -> McpSettings:
+        self._configs = tuple(table.config(name) for name, table in self.servers.items())
+        return self
+
+    @property
+    def configs(self) -> tuple[McpServerConfig, ...]:
+        """The servers as they are run, in the order of the settings."""
+        return self._configs
