@@ -190,9 +190,7 @@ class BehestClient:
     async def get_output(self, run_id: str) -> Output:
         """What a finished run produced."""
         request = _wire.run.GetRunOutputRequest(run_id=run_id)
-        return _wire.output_of(
-            (await self._unary(self._s.runs.GetRunOutput, request)).output
-        )
+        return _wire.output_of((await self._unary(self._s.runs.GetRunOutput, request)).output)
 
     async def run_events(
         self, run_id: str, after: int = 0, *, page: int = 0
