@@ -96,6 +96,7 @@ class App:
             compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
+            reconciler_role=settings.auth.reconciler_role,
         )
         self._edges(settings)
         self.retention = Retention(
@@ -176,7 +177,9 @@ class App:
                 waits=WaitPolicy(
                     approval_timeout_s=settings.approval_timeout_s,
                     client_tool_timeout_s=settings.client_tool_timeout_s,
+                    outcome_unknown_timeout_s=settings.outcome_unknown_timeout_s,
                 ),
+                node=self.node.name,
             ),
             compaction_settings=compaction,
             spend_limits=self._spend_limits,

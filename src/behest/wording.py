@@ -156,6 +156,26 @@ def _sub_finished(p: Any) -> str:
     return f"← sub-agent run {p.child_run_id} {name(p.status)}"
 
 
+def _outcome_unknown(p: Any) -> str:
+    return (
+        f"? {p.tool_name} was cut by a stop: its outcome is unknown; the run waits for a "
+        f"reconciliation (execution {p.execution_id}{until(p.expires_at)})"
+    )
+
+
+_VERDICTS = {
+    "RAN": "it ran",
+    "DID_NOT_RUN": "it did not run: run again",
+    "GIVE_UP": "given up",
+}
+
+
+def _reconciled(p: Any) -> str:
+    how = _VERDICTS.get(name(p.verdict).upper(), name(p.verdict))
+    why = f": {p.reason}" if p.reason else ""
+    return f"✓ {p.tool_name} reconciled, {how}{by(p.reconciled_by)}{why}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -187,6 +207,8 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "sub_run_started": _sub_started,
     "sub_run_finished": _sub_finished,
     "output_rejected": _output_rejected,
+    "tool_outcome_unknown": _outcome_unknown,
+    "tool_execution_reconciled": _reconciled,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})

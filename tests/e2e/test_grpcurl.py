@@ -41,6 +41,7 @@ from google.protobuf.json_format import MessageToDict
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as run_grpc
 from tests.certs import CertificateAuthority, Pem
+from tests.e2e.test_outcome_unknown import cut_unsafe_call
 from tests.support import (
     Server,
     collect,
@@ -69,6 +70,7 @@ AGENT_SERVICES = (
     "agent.v1.SessionService",
     "agent.v1.ToolService",
     "agent.v1.ProviderService",
+    "agent.v1.ToolExecutionService",
 )
 RUN_RPCS = (
     "CreateRun",
@@ -297,6 +299,7 @@ class Recipes:
         *,
         run_id: str = "",
         call_id: str = "",
+        execution_id: str = "",
         token: str = "",
         client: Pem | None = None,
         **data: Any,
@@ -330,6 +333,9 @@ class Recipes:
         if "CALL_ID" in " ".join(argv):
             assert call_id, f"recipe {key!r} needs a call id"
             argv = [a.replace("CALL_ID", call_id) for a in argv]
+        if "EXECUTION_ID" in " ".join(argv):
+            assert execution_id, f"recipe {key!r} needs an execution id"
+            argv = [a.replace("EXECUTION_ID", execution_id) for a in argv]
         assert "SESSION_ID" not in " ".join(argv), f"recipe {key!r} needs a session_id"
         self.ran.add(key)
         return await grpcurl(argv)
@@ -1064,6 +1070,74 @@ async def test_the_client_tools_result_is_what_the_model_sees(recipes: Recipes) 
     assert answered.code == 0, answered.stderr
     events = await finished(recipes.server, run_id)
     assert text_of(events) == f"lookup: {output}"
+
+
+# --- tool executions -------------------------------------------------------------------------
+
+
+@runs(
+    "agent.v1.ToolExecutionService/ListToolExecutions",
+    "agent.v1.ToolExecutionService/GetToolExecution",
+    "agent.v1.ToolExecutionService/ReconcileToolExecution",
+)
+async def test_a_runs_executions_are_listed_and_a_finished_one_is_not_reconciled(
+    recipes: Recipes,
+) -> None:
+    calc = {"name": "calculator", "arguments": {"expression": "6*7"}}
+    created = await recipes.server.runs.CreateRun(
+        create_request(script({"tool_calls": [calc]}, {"text": "42"}), model="script")
+    )
+    events = await finished(recipes.server, created.run_id)
+    [started] = [e.tool_execution_started for e in events if kind(e) == "tool_execution_started"]
+    listed = await recipes.run(
+        "agent.v1.ToolExecutionService/ListToolExecutions", run_id=created.run_id
+    )
+    assert listed.code == 0, listed.stderr
+    [execution] = field(listed.json(), "executions")
+    assert field(execution, "id") == started.execution_id
+    assert field(execution, "status") == "TOOL_EXECUTION_STATUS_SUCCEEDED"
+    assert (field(execution, "attempt"), field(execution, "result")) == (1, "42")
+    shown = await recipes.run(
+        "agent.v1.ToolExecutionService/GetToolExecution", execution_id=started.execution_id
+    )
+    assert shown.code == 0, shown.stderr
+    changes = field(field(shown.json(), "execution"), "transitions")
+    assert [field(c, "status") for c in changes] == [
+        "TOOL_EXECUTION_STATUS_STARTED",
+        "TOOL_EXECUTION_STATUS_SUCCEEDED",
+    ]
+    refused = await recipes.run(
+        "agent.v1.ToolExecutionService/ReconcileToolExecution",
+        execution_id=started.execution_id,
+    )
+    assert refused.code == 64 + grpc.StatusCode.FAILED_PRECONDITION.value[0], refused.stderr
+    assert "only one whose outcome is unknown" in refused.stderr
+
+
+@runs("agent.v1.ToolExecutionService/ReconcileToolExecution")
+async def test_reconciling_an_outcome_unknown_completes_the_run_with_the_output(
+    recipes: Recipes, tmp_path: Path
+) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path / "cut")
+    book = Recipes(server, recipes.tls)
+    try:
+        [waiting] = (
+            await server.runs.ListPendingCalls(pb.ListPendingCallsRequest(run_id=run_id))
+        ).calls
+        reply = await book.run(
+            "agent.v1.ToolExecutionService/ReconcileToolExecution",
+            execution_id=waiting.execution_id,
+        )
+        assert reply.code == 0, reply.stderr
+        execution = field(reply.json(), "execution")
+        assert field(execution, "status") == "TOOL_EXECUTION_STATUS_RECONCILED"
+        events = await finished(server, run_id)
+    finally:
+        recipes.ran |= book.ran
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    [reconciled] = [e for e in events if kind(e) == "tool_execution_reconciled"]
+    assert reconciled.tool_execution_reconciled.verdict == 1  # RECONCILE_VERDICT_RAN
 
 
 # --- compaction and snapshots ---------------------------------------------------------------

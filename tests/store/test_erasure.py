@@ -9,13 +9,20 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from behest.domain.executions import ExecutionStatus, ToolExecution, Transition
 from behest.domain.messages import Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.waits import PendingCall, WaitKind
 from behest.errors import FailedPrecondition, NotFound, quote
 from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
-from behest.store.writes import AppendMessage, PutSnapshot, ReleaseRun, RequestInput
+from behest.store.writes import (
+    AppendMessage,
+    PutSnapshot,
+    RecordExecution,
+    ReleaseRun,
+    RequestInput,
+)
 from tests.store.conftest import OpenStore
 from tests.store.helpers import (
     TENANT,
@@ -34,7 +41,37 @@ from tests.store.helpers import (
 
 MICROSECOND = timedelta(microseconds=1)
 # The tables a session's or a run's rows are in; each must be emptied of them.
-OWNED = {"sessions", "runs", "events", "messages", "snapshots", "pending_calls", "idempotency_keys"}
+OWNED = {
+    "sessions",
+    "runs",
+    "events",
+    "messages",
+    "snapshots",
+    "pending_calls",
+    "idempotency_keys",
+    "tool_executions",
+    "tool_execution_transitions",
+}
+
+
+def execution(run: Run) -> RecordExecution:
+    """A tool execution of the run, started, with its first transition."""
+    started = ToolExecution(
+        id=new_id(),
+        run_id=run.id,
+        tenant=run.tenant,
+        call_id="call-1",
+        tool_name="shell",
+        source="builtin",
+        attempt=1,
+        status=ExecutionStatus.STARTED,
+        executor="node node-a",
+        idempotent=False,
+        started_at=at(),
+    )
+    return RecordExecution(
+        started, Transition(status=ExecutionStatus.STARTED, at=at(), actor="node node-a")
+    )
 
 
 def pending(run: Run, call_id: str = "call-1") -> PendingCall:
@@ -69,6 +106,7 @@ async def full_run(
             AppendMessage(message(run, position, role=Role.ASSISTANT, text="done")),
             PutSnapshot(snapshot(run)),
             RequestInput((pending(run),)),
+            execution(run),
         ]
     )
     if status == RunStatus.WAITING_FOR_INPUT:

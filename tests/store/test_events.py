@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 from behest.domain import events as ev
+from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
@@ -24,7 +25,9 @@ EVERY_KIND: list[ev.Payload] = [
     ev.ToolCallStarted(call_id="call_1", tool_name="read_file"),
     ev.ToolCallDelta(call_id="call_1", delta='{"path": "/tm'),
     ev.ToolCallCompleted(call=ToolCall("call_1", "read_file", '{"path": "/tmp/x", "n": [1, 2]}')),
-    ev.ToolExecutionStarted(call_id="call_1", tool_name="read_file"),
+    ev.ToolExecutionStarted(
+        call_id="call_1", tool_name="read_file", execution_id=new_id(), attempt=2
+    ),
     ev.ToolExecutionFinished(
         call_id="call_1", tool_name="read_file", duration_ms=1234, is_error=True
     ),
@@ -74,6 +77,21 @@ EVERY_KIND: list[ev.Payload] = [
     ),
     ev.OutputRejected(error="the answer is not valid JSON (… ✓)", repairing=True),
     ev.ReasoningDelta(delta="two and two… make four ✓ "),
+    ev.ToolOutcomeUnknown(
+        execution_id=new_id(),
+        call_id="call_5",
+        tool_name="send_mail",
+        attempt=1,
+        expires_at=datetime(2026, 12, 2, 10, 0, tzinfo=UTC),
+    ),
+    ev.ToolExecutionReconciled(
+        execution_id=new_id(),
+        call_id="call_5",
+        tool_name="send_mail",
+        verdict=Verdict.GIVE_UP,
+        reconciled_by="alice",
+        reason="no log ✓",
+    ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.BudgetExceeded(budget=BudgetKind.DAILY_COST, limit="10.00", used="10.000001"),
     ev.RunFailed(error="provider 'local': boom", code=FailureCode.RATE_LIMITED),

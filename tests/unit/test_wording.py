@@ -10,6 +10,7 @@ from behest import wording
 from behest.api import convert
 from behest.client import _wire
 from behest.domain import events as ev
+from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, FailureCode, Money, TokenUsage
@@ -47,6 +48,8 @@ SAMPLES: list[ev.Payload] = [
     ev.SubRunStarted("call-1", "child-1", "s-2"),
     ev.SubRunFinished("call-1", "child-1", RunStatus.FAILED, USAGE, COST),
     ev.OutputRejected("missing property 'name'", repairing=True),
+    ev.ToolOutcomeUnknown("x-1", "call-1", "send_mail", 1, WHEN),
+    ev.ToolExecutionReconciled("x-1", "call-1", "send_mail", Verdict.GIVE_UP, "alice", "no log"),
 ]
 
 
@@ -83,6 +86,9 @@ def test_lines_in_the_words_the_cli_has_always_written() -> None:
     )
     assert lines["compaction_circuit_opened"] == "! compaction circuit opened after 1 failure"
     assert lines["sub_run_finished"] == "← sub-agent run child-1 failed"
+    assert lines["tool_execution_reconciled"] == (
+        "✓ send_mail reconciled, given up by alice: no log"
+    )
 
 
 def test_deltas_and_kinds_newer_than_this_code_have_no_line() -> None:

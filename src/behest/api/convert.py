@@ -181,6 +181,7 @@ def pending_call(value: PendingCall) -> pb.PendingCall:
         kind=cast(pb.PendingCallKind.ValueType, int(value.kind)),
         requested_at=timestamp(value.requested_at),
         expires_at=timestamp(value.expires_at),
+        execution_id=value.execution_id,
     )
 
 

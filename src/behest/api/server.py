@@ -9,11 +9,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from behest._proto.agent.v1 import catalog_pb2, run_pb2, session_pb2
+from behest._proto.agent.v1 import catalog_pb2, execution_pb2, run_pb2, session_pb2
 from behest.api.admission import Admission
 from behest.api.auth import Authenticator, AuthInterceptor
 from behest.api.catalog_service import ProviderServicer, ToolServicer
 from behest.api.compaction_service import CompactionServicer
+from behest.api.execution_service import ToolExecutionServicer
 from behest.api.handlers import generic_handler
 from behest.api.run_service import RunServicer
 from behest.api.session_service import SessionServicer
@@ -30,6 +31,7 @@ SERVICES = (
     "agent.v1.SessionService",
     "agent.v1.ToolService",
     "agent.v1.ProviderService",
+    "agent.v1.ToolExecutionService",
 )
 
 
@@ -68,6 +70,7 @@ class ApiServer:
             (session_pb2, "SessionService", SessionServicer(runs)),
             (catalog_pb2, "ToolService", ToolServicer(runs)),
             (catalog_pb2, "ProviderService", ProviderServicer(runs)),
+            (execution_pb2, "ToolExecutionService", ToolExecutionServicer(runs)),
         ]
         for module, name, servicer in servicers:
             service = module.DESCRIPTOR.services_by_name[name]

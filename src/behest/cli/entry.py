@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from behest.cli import catalog, runs, serve, waits
+from behest.cli import catalog, executions, runs, serve, waits
 from behest.cli.render import EventPrinter
 from behest.client import BehestClient, BehestError
 from behest.config import DEFAULT_LISTEN, is_loopback
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     actions = runs.add_commands(commands, server, _client)
     catalog.add_run_actions(actions, server, _client)
     waits.add_commands(commands, server, _client)
+    executions.add_commands(commands, server, _client)
     catalog.add_commands(commands, server, _client)
     serve.add_token_commands(commands)
     return parser

@@ -38,10 +38,10 @@ def format_pending(calls: Sequence[PendingCall]) -> str:
     """A table of the calls a run waits for, one line each."""
     rows = [("CALL", "WAITS FOR", "TOOL", "EXPIRES", "ARGUMENTS")]
     rows += [
-        (c.call.id, _kind(c.kind), c.call.name, time(c.expires_at), shorten(c.call.arguments))
+        (c.call.id, _waits_for(c), c.call.name, time(c.expires_at), shorten(c.call.arguments))
         for c in calls
     ]
-    return _table(rows)
+    return table(rows)
 
 
 def format_runs(runs: Sequence[Run]) -> str:
@@ -51,10 +51,10 @@ def format_runs(runs: Sequence[Run]) -> str:
         (r.id, status_name(r.status), f"{r.provider}/{r.model}", time(r.created_at), r.session_id)
         for r in runs
     ]
-    return _table(rows)
+    return table(rows)
 
 
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[str, ...]]) -> str:
     """Aligned columns; the last one is not padded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
@@ -128,7 +128,7 @@ def format_sessions(sessions: Sequence[Session]) -> str:
         )
         for s in sessions
     ]
-    return _table(rows)
+    return table(rows)
 
 
 def format_session(session: Session) -> str:
@@ -180,7 +180,7 @@ def format_tools(tools: Sequence[Tool]) -> str:
         )
         for t in tools
     ]
-    return _table(rows)
+    return table(rows)
 
 
 def _flags(tool: Tool) -> str:
@@ -204,7 +204,7 @@ def format_providers(providers: Sequence[Provider]) -> str:
                     _prices(model),
                 )
             )
-    return _table(rows)
+    return table(rows)
 
 
 def _prices(model: Model) -> str:
@@ -235,11 +235,19 @@ def _cost(cost: Cost | None) -> str:
     return money(cost) if cost is not None and cost.amount else "-"
 
 
+def _waits_for(call: PendingCall) -> str:
+    if call.kind == PendingCallKind.OUTCOME_UNKNOWN:
+        return f"reconciliation of execution {call.execution_id}"
+    return _kind(call.kind)
+
+
 def _kind(value: PendingCallKind) -> str:
     if value == PendingCallKind.APPROVAL:
         return "approval"
     if value == PendingCallKind.CLIENT_TOOL:
         return "client result"
+    if value == PendingCallKind.OUTCOME_UNKNOWN:
+        return "reconciliation"
     return str(value.value)  # a kind newer than this CLI
 
 

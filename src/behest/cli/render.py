@@ -27,6 +27,8 @@ SHOWN = frozenset(
         "sub_run_started",
         "sub_run_finished",
         "output_rejected",
+        "tool_outcome_unknown",
+        "tool_execution_reconciled",
     }
 )
 # The exit code each terminal event gives.
@@ -83,6 +85,13 @@ class EventPrinter:
 
     def _hint_for(self, kind: str, run_id: str, data: object) -> None:
         """How to answer a call the run waits for."""
+        if kind == "tool_outcome_unknown":
+            execution = getattr(data, "execution_id", "")
+            self._hint(
+                f"to reconcile: behest reconcile {execution} --ran OUTPUT [--error] | "
+                "--did-not-run | --give-up [--reason TEXT]"
+            )
+            return
         call = getattr(data, "call", None)
         if call is None:
             return

@@ -27,6 +27,7 @@ from behest.client._channel import Backoff, FilePath, authorization, credentials
 from behest.client._enums import Decision, RunStatus
 from behest.client._errors import Unavailable, error_of
 from behest.client._events import Event
+from behest.client._executions import ToolExecutions
 from behest.client._options import RunOptions
 from behest.client._types import (
     CreatedRun,
@@ -46,7 +47,7 @@ _DEFAULTS = RunOptions()
 _NOT_OPEN = "BehestClient is not open; use `async with BehestClient(...)`"
 
 
-class BehestClient:
+class BehestClient(ToolExecutions):
     """behest's services over one channel; use as `async with BehestClient(address) as c:`.
 
     Files are read here: an unreadable one raises OSError; a token gRPC cannot send, or a

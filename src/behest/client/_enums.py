@@ -100,3 +100,26 @@ class PendingCallKind(enum.IntEnum):
     UNSPECIFIED = 0
     APPROVAL = 1
     CLIENT_TOOL = 2
+    OUTCOME_UNKNOWN = 3  # a reconciliation of its execution (BehestClient.reconcile)
+
+
+class ExecutionStatus(enum.IntEnum):
+    """Where a tool execution is (agent.v1.ToolExecutionStatus)."""
+
+    UNSPECIFIED = 0
+    SCHEDULED = 1
+    STARTED = 2
+    SUCCEEDED = 3
+    FAILED = 4
+    OUTCOME_UNKNOWN = 5
+    RECONCILED = 6
+
+
+class Verdict(enum.IntEnum):
+    """What is known of an execution whose outcome was unknown (agent.v1.ReconcileVerdict):
+    RAN (its result given), DID_NOT_RUN (run it again), GIVE_UP (the model gets an error)."""
+
+    UNSPECIFIED = 0
+    RAN = 1
+    DID_NOT_RUN = 2
+    GIVE_UP = 3

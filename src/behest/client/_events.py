@@ -23,6 +23,7 @@ from behest.client._enums import (
     FailureCode,
     FinishReason,
     RunStatus,
+    Verdict,
 )
 from behest.client._types import ContentPart, Cost, TokenUsage, ToolCall
 
@@ -96,6 +97,8 @@ class ToolExecutionStarted:
 
     call_id: str = ""
     tool_name: str = ""
+    execution_id: str = ""  # the execution's record (BehestClient.get_tool_execution)
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +267,30 @@ class OutputRejected:
     repairing: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ToolOutcomeUnknown:
+    """behest stopped while a tool that is not idempotent ran: the run waits for the
+    execution to be reconciled (BehestClient.reconcile), or fails at `expires_at`."""
+
+    execution_id: str = ""
+    call_id: str = ""
+    tool_name: str = ""
+    attempt: int = 0
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionReconciled:
+    """How an execution whose outcome was unknown was reconciled, and by whom."""
+
+    execution_id: str = ""
+    call_id: str = ""
+    tool_name: str = ""
+    verdict: Verdict = Verdict.UNSPECIFIED
+    reconciled_by: str = ""
+    reason: str = ""
+
+
 EventData = (
     RunStarted
     | ContextBuilt
@@ -293,6 +320,8 @@ EventData = (
     | SubRunStarted
     | SubRunFinished
     | OutputRejected
+    | ToolOutcomeUnknown
+    | ToolExecutionReconciled
 )
 
 

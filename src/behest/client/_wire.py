@@ -18,6 +18,8 @@ from behest._proto.agent.v1 import (
     catalog_pb2,
     catalog_pb2_grpc,
     common_pb2,
+    execution_pb2,
+    execution_pb2_grpc,
     run_pb2,
     run_pb2_grpc,
     session_pb2,
@@ -28,7 +30,8 @@ from behest.client._events import EVENT_TYPES, Event
 from behest.client._options import RunOptions
 from behest.client._waits import Approval, ClientTool
 
-run, catalog, session = run_pb2, catalog_pb2, session_pb2  # request classes, for the client
+# Request classes, for the client.
+run, catalog, session, execution = run_pb2, catalog_pb2, session_pb2, execution_pb2
 Pagination = common_pb2.Pagination
 _Enum = TypeVar("_Enum", bound=_enums.enum.IntEnum)
 _T = TypeVar("_T")
@@ -43,6 +46,7 @@ class Stubs:
         self.sessions = session_pb2_grpc.SessionServiceStub(channel)
         self.tools = catalog_pb2_grpc.ToolServiceStub(channel)
         self.providers = catalog_pb2_grpc.ProviderServiceStub(channel)
+        self.executions = execution_pb2_grpc.ToolExecutionServiceStub(channel)
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -189,6 +193,8 @@ _ENUMS: dict[str, type[Any]] = {
     "agent.v1.BudgetKind": _enums.BudgetKind,
     "agent.v1.ApprovalDecision": _enums.Decision,
     "agent.v1.PendingCallKind": _enums.PendingCallKind,
+    "agent.v1.ToolExecutionStatus": _enums.ExecutionStatus,
+    "agent.v1.ReconcileVerdict": _enums.Verdict,
 }
 # Messages read by their own type; those in _OPTIONAL read as None when not set.
 _MESSAGES: dict[str, Any] = {
@@ -202,6 +208,7 @@ _MESSAGES: dict[str, Any] = {
     "agent.v1.ResponseFormat": lambda m: _read(_types.ResponseFormat, m),
     "agent.v1.Reasoning": lambda m: _read(_types.Reasoning, m),
     "agent.v1.Message": lambda m: _read(_types.Message, m),
+    "agent.v1.ToolExecutionTransition": lambda m: _read(_types.ExecutionTransition, m),
 }
 _OPTIONAL = {"agent.v1.Cost", "agent.v1.RunBudget", "agent.v1.ResponseFormat", "agent.v1.Reasoning"}
 
@@ -268,6 +275,14 @@ def output_of(o: Any) -> _types.Output:
 
 def pending_of(p: Any) -> _types.PendingCall:
     return _read(_types.PendingCall, p)
+
+
+def execution_of(e: Any) -> _types.ToolExecution:
+    return _read(_types.ToolExecution, e)
+
+
+def reconciled_of(r: Any) -> _types.Reconciled:
+    return _types.Reconciled(execution_of(r.execution), tuple(r.waiting_call_ids))
 
 
 def session_of(s: Any) -> _types.Session:

@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     approval_required_tools: tuple[str, ...] = ()
     approval_timeout_s: float = Field(default=86_400.0, gt=0)
     client_tool_timeout_s: float = Field(default=600.0, gt=0)
+    # A run whose tool was cut by a stop and is not idempotent waits this long for the
+    # execution to be reconciled (ReconcileToolExecution), then fails TOOL_OUTCOME_UNKNOWN.
+    outcome_unknown_timeout_s: float = Field(default=86_400.0, gt=0)
     max_wait_s: float = Field(default=30 * 86_400.0, gt=0)
     # Model providers besides `local`: the [providers.NAME] tables (providers/config.py),
     # their keys read once; as the adapters take them: `provider_configs`.

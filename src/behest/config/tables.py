@@ -59,6 +59,8 @@ class AuthSettings(BaseModel):
     # Only callers with this role may decide approvals (SubmitApprovals); empty: any caller
     # of the run's tenant may.
     approver_role: str = ""
+    # Reconciling executions whose outcome is unknown needs this role (none: anyone may).
+    reconciler_role: str = ""
     # With bearer tokens, scraping /metrics (metrics_listen) needs a caller with this role;
     # empty: any valid token. (mtls: a client certificate; none: open, on loopback.)
     metrics_role: str = "metrics"

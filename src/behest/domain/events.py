@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from behest.domain.content import ContentPart
+from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
@@ -66,6 +67,10 @@ class ToolCallCompleted:
 class ToolExecutionStarted:
     call_id: str
     tool_name: str
+    # The execution record (domain/executions.py) and its attempt; "" and 0 in events
+    # stored before behest 0.9.
+    execution_id: str = ""
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +203,30 @@ class OutputRejected:
     repairing: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ToolOutcomeUnknown:
+    """behest stopped while a tool that is not idempotent ran: the run waits until the
+    execution is reconciled, or fails at `expires_at`."""
+
+    execution_id: str
+    call_id: str
+    tool_name: str
+    attempt: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionReconciled:
+    """How an execution whose outcome was unknown was reconciled, and by whom."""
+
+    execution_id: str
+    call_id: str
+    tool_name: str
+    verdict: Verdict
+    reconciled_by: str
+    reason: str = ""
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -227,6 +256,8 @@ Payload = (
     | SubRunFinished
     | OutputRejected
     | ReasoningDelta
+    | ToolOutcomeUnknown
+    | ToolExecutionReconciled
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -260,6 +291,8 @@ KINDS: dict[type[Payload], str] = {
     SubRunFinished: "sub_run_finished",
     OutputRejected: "output_rejected",
     ReasoningDelta: "reasoning_delta",
+    ToolOutcomeUnknown: "tool_outcome_unknown",
+    ToolExecutionReconciled: "tool_execution_reconciled",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

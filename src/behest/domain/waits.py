@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from behest.domain.executions import Verdict
+
 
 class WaitKind(enum.IntEnum):
     """What a pending call waits for; values match agent.v1.PendingCallKind."""
 
     APPROVAL = 1
     CLIENT_TOOL = 2
+    # Its execution's outcome is unknown: a reconciliation (domain/executions.py Verdict).
+    OUTCOME_UNKNOWN = 3
 
 
 class Decision(enum.IntEnum):
@@ -56,19 +60,22 @@ class WaitOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Answer:
-    """An answer to one pending call from outside: a decision (approvals) or a result
-    (client tools: `text` is the output, `is_error` marks a failure)."""
+    """An answer to one pending call from outside: a decision (approvals), a result (client
+    tools: `text` is the output, `is_error` marks a failure) or a verdict (an outcome
+    unknown: with RAN, `text` and `is_error` are the result; otherwise `text` says why)."""
 
     call_id: str
     decision: Decision | None = None
     text: str = ""
     is_error: bool = False
+    verdict: Verdict | None = None
 
     def same_as(self, other: Answer) -> bool:
-        return (self.decision, self.text, self.is_error) == (
+        return (self.decision, self.text, self.is_error, self.verdict) == (
             other.decision,
             other.text,
             other.is_error,
+            other.verdict,
         )
 
 
@@ -92,6 +99,8 @@ class PendingCall:
     answered_at: datetime | None = None
     # No answer came in time and the run went on without one (answer None, answered_at set).
     timed_out: bool = False
+    # With OUTCOME_UNKNOWN: the execution to reconcile.
+    execution_id: str = ""
 
     def expired(self, now: datetime) -> bool:
         return self.timed_out or (self.answer is None and self.expires_at <= now)

@@ -26,6 +26,7 @@ from behest.runs import compaction, structured
 from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
+from behest.runs.executions import RunExecutions
 from behest.runs.model_attempts import ModelAttempts
 from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
@@ -48,6 +49,8 @@ class LoopLimits:
     compaction_cooldown_s: float = 300.0
     coalesce_text_deltas: bool = True
     waits: WaitPolicy = field(default_factory=WaitPolicy)
+    # This process's name in run claims: who executed a tool, in its execution's record.
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +96,10 @@ class AgentLoop:
         self._waits = Waits(
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
+        self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
         self._tool_runner = ToolRunner(
             log=log,
+            executions=self._executions,
             tools=tools,
             offered=self._offered,
             progress=self.progress,
@@ -200,6 +205,7 @@ class AgentLoop:
         progress = self.progress
         await progress.load(self._store)
         progress.restore(snapshot)
+        await self._executions.load()
         if self._sub_runs is not None:
             spent = await self._sub_runs.spent_by_children(self._run)
             progress.children_tokens, progress.children_cost = spent
@@ -226,8 +232,7 @@ class AgentLoop:
             waiting = await self._waits.resolve(calls)
         if waiting is not None:
             return waiting
-        await self._finish_calls(calls, snapshot)
-        return None
+        return await self._finish_calls(calls, snapshot)
 
     async def _final(self, answer: str) -> Outcome | None:
         """The model answered without tool calls: how the run ends, unless the answer does not
@@ -260,21 +265,18 @@ class AgentLoop:
         progress.remember(repair)
         return None
 
-    async def _finish_calls(self, calls: list[ToolCall], snapshot: Snapshot) -> None:
-        """Run the calls of the last answer that have no result yet."""
+    async def _finish_calls(self, calls: list[ToolCall], snapshot: Snapshot) -> Waiting | None:
+        """Run the calls of the last answer that have no result yet; one cut by a stop runs
+        again if idempotent, else the run waits for its outcome to be reconciled."""
         mine = self.progress.mine()
         answered = {m.tool_call_id for m in mine if m.role == Role.TOOL}
         pending = [c for c in calls if c.id not in answered]
-        for call in pending:
-            tool = self._tools.get(call.name)
-            idempotent = call.name == SPAWN_TOOL or (tool is not None and tool.idempotent)
-            if call.id in snapshot.pending_tool_calls and not idempotent:
-                raise RunStopped(
-                    f"tool {call.name!r} was executing when the server stopped; its outcome "
-                    "is unknown and it is not idempotent, so it is not run again",
-                    FailureCode.TOOL_OUTCOME_UNKNOWN,
-                )
-        await self._tool_runner.run(pending, await self._waits.results(pending))
+        cut = snapshot.pending_tool_calls
+        unknown = [c for c in pending if c.id in cut and not self._executions.idempotent(c.name)]
+        if unknown:
+            return await self._waits.hold_unknown(calls, unknown, self._executions)
+        await self._tool_runner.run(pending, await self._waits.results(pending, resumed=True))
+        return None
 
     async def _persist(self, turn: Turn) -> None:
         """The model's answer becomes the session's next message, with its usage."""

@@ -18,6 +18,7 @@ from behest.domain.catalog import ProviderInfo, ToolInfo
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.content import ContentPart
 from behest.domain.events import Event
+from behest.domain.executions import ToolExecution
 from behest.domain.messages import Message, Role
 from behest.domain.runs import Cancel, CreatedRun, Run, RunFilter, RunOutput, RunRequest, RunStatus
 from behest.domain.sessions import Session
@@ -56,9 +57,11 @@ class Operations:
         compaction_settings: CompactionSettings,
         cooldown_s: float,
         approver_role: str = "",
+        reconciler_role: str = "",
     ) -> None:
         self._store = store
         self._approver_role = approver_role
+        self._reconciler_role = reconciler_role
         self._providers = providers
         self._tools = tools
         self._compaction_settings = compaction_settings
@@ -179,6 +182,37 @@ class Operations:
         now = datetime.now(UTC)
         calls = await self._store.pending_calls(run_id)
         return [c for c in calls if c.answer is None and not c.expired(now)]
+
+    # --- tool executions ----------------------------------------------------------------
+
+    async def tool_executions(self, caller: Caller, run_id: str) -> list[ToolExecution]:
+        await self.get(caller, run_id)
+        return await self._store.tool_executions(run_id)
+
+    async def tool_execution(self, caller: Caller, execution_id: str) -> ToolExecution:
+        found = await self._store.tool_execution(execution_id)
+        if found is None or found.tenant != caller.tenant:
+            raise NotFound(f"tool execution {quote(execution_id)} not found")
+        return found
+
+    async def reconcile(
+        self, caller: Caller, execution_id: str, answer: Answer
+    ) -> tuple[ToolExecution, Submitted]:
+        """Say how an execution whose outcome is unknown ended (the reconciler role, when
+        one is configured); once nothing else waits, its run goes on."""
+        execution = await self.tool_execution(caller, execution_id)
+        role = self._reconciler_role
+        if role and role not in caller.roles:
+            raise PermissionDenied(
+                f"reconciling tool executions needs the role {role!r}, which "
+                f"{caller.principal!r} lacks"
+            )
+        done, submitted = await self._store.reconcile_execution(
+            execution_id, answer, by=caller.principal, now=datetime.now(UTC)
+        )
+        if not submitted.waiting_call_ids:
+            await self._executor.wake(execution.run_id)
+        return done, submitted
 
     def _remember(self, run: Run) -> None:
         self._tenants[run.id] = run.tenant

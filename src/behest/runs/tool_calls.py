@@ -4,16 +4,16 @@ Consecutive calls of concurrency-safe tools run together (at most `concurrency` 
 any other call runs alone, in order. A call answered from outside (a client tool's result, a
 denied approval: runs/waiting.py) does not run; its result is recorded in its turn. Results
 take the session's positions in the order of the calls, however they finish. A call's
-ToolExecutionStarted is durable before the tool runs (a tool may have side effects: after a
-crash, the log says it may have run). Its result becomes a tool message, committed with
-ToolExecutionFinished and ToolMessageCommitted.
+ToolExecutionStarted is durable before the tool runs, with the execution's record (a tool may
+have side effects: after a crash, the log says it may have run). Its result becomes a tool
+message, committed with ToolExecutionFinished, ToolMessageCommitted and the record's end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 from opentelemetry.trace import Span
 
@@ -24,9 +24,10 @@ from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
 from behest.observability.telemetry import current, mark_error, span
+from behest.runs.executions import RunExecutions
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
-from behest.store.writes import AppendMessage
+from behest.store.writes import AppendMessage, RecordExecution
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
 
@@ -42,10 +43,12 @@ class ToolRunner:
         offered: Collection[str],
         progress: RunProgress,
         concurrency: int,
+        executions: RunExecutions,
         spawn: Callable[[ToolCall], Awaitable[ToolResult]] | None = None,
     ) -> None:
         """`spawn`: runs a `spawn_agent` call (runs/sub_runs.py), when the run may."""
         self._log = log
+        self._executions = executions
         self._tools = tools
         self._offered = offered
         self._progress = progress
@@ -106,9 +109,10 @@ class ToolRunner:
     async def _execute(self, call: ToolCall) -> None:
         progress = self._progress
         progress.executing.add(call.id)
+        execution, record = self._executions.begin(call)
         started = await self._log.emit(
-            ev.ToolExecutionStarted(call.id, call.name),
-            state=progress.state(RunStatus.WAITING_FOR_TOOLS),
+            ev.ToolExecutionStarted(call.id, call.name, execution.id, execution.attempt),
+            state=[*record, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
         )
         # A tool may have side effects: it runs only once its start is durable.
         await asyncio.shield(started)
@@ -125,7 +129,7 @@ class ToolRunner:
             self._traced(call, result, seconds, tool_span)
             progress.executing.discard(call.id)
             finished = ev.ToolExecutionFinished(call.id, call.name, duration_ms, result.is_error)
-            await self._record(call, result, finished)
+            await self._record(call, result, finished, ended=self._executions.end(call.id, result))
 
     def _attributes(self, call: ToolCall) -> dict[str, str]:
         """A tool span's attributes (GenAI semantic conventions); arguments only with
@@ -152,8 +156,15 @@ class ToolRunner:
         if self._telemetry.trace_content:
             on.set_attribute("gen_ai.tool.call.result", content(result.text))
 
-    async def _record(self, call: ToolCall, result: ToolResult, *events: ev.Payload) -> None:
-        """The call's result becomes a tool message of the session, committed with `events`."""
+    async def _record(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        *events: ev.Payload,
+        ended: Sequence[RecordExecution] = (),
+    ) -> None:
+        """The call's result becomes a tool message of the session, committed with `events`
+        (and the end of its execution's record)."""
         progress = self._progress
         message = progress.message(
             Role.TOOL,
@@ -166,7 +177,11 @@ class ToolRunner:
         await self._log.emit(
             *events,
             ev.ToolMessageCommitted(message.id),
-            state=[AppendMessage(message), *progress.state(RunStatus.WAITING_FOR_TOOLS)],
+            state=[
+                AppendMessage(message),
+                *ended,
+                *progress.state(RunStatus.WAITING_FOR_TOOLS),
+            ],
         )
         progress.remember(message)
 

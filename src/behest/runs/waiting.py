@@ -18,10 +18,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from behest.domain import events as ev
+from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall, ToolDefinition
 from behest.domain.runs import Run, RunStatus
+from behest.domain.spend import FailureCode
 from behest.domain.waits import Decision, PendingCall, WaitKind
+from behest.errors import RunStopped
 from behest.events.run_log import RunLog
+from behest.runs.executions import RunExecutions
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import Store
@@ -38,6 +42,8 @@ class WaitPolicy:
 
     approval_timeout_s: float = 86_400.0
     client_tool_timeout_s: float = 600.0
+    # How long a run waits for an execution whose outcome is unknown to be reconciled.
+    outcome_unknown_timeout_s: float = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,38 @@ class Waits:
         await done
         return Waiting(tuple(p.call_id for p in pending), min(p.expires_at for p in pending))
 
+    async def hold_unknown(
+        self, calls: Sequence[ToolCall], unknown: Sequence[ToolCall], executions: RunExecutions
+    ) -> Waiting:
+        """Pause the run until each of `unknown` (calls of the turn `calls` that were
+        executing when behest stopped, not idempotent) is reconciled: their executions
+        OUTCOME_UNKNOWN, one step durable before this returns."""
+        now = datetime.now(UTC)
+        expires = now + timedelta(seconds=self._policy.outcome_unknown_timeout_s)
+        ordinals = {call.id: i for i, call in enumerate(calls)}
+        pending, notices, records = [], [], []
+        for call in unknown:
+            execution, record = executions.unknown(call)
+            self._progress.executing.discard(call.id)
+            kind, ordinal = WaitKind.OUTCOME_UNKNOWN, ordinals[call.id]
+            pending.append(self._pending(call, kind, ordinal, now, expires, execution.id))
+            notices.append(
+                ev.ToolOutcomeUnknown(execution.id, call.id, call.name, execution.attempt, expires)
+            )
+            records.append(record)
+        await (
+            await self._log.emit(
+                *notices,
+                state=[
+                    *records,
+                    RequestInput(tuple(pending)),
+                    *self._progress.state(RunStatus.WAITING_FOR_INPUT),
+                    ReleaseRun(self._run.id),
+                ],
+            )
+        )
+        return Waiting(tuple(p.call_id for p in pending), expires)
+
     async def _kinds(
         self, calls: Sequence[ToolCall], offered: frozenset[str]
     ) -> dict[str, WaitKind]:
@@ -152,9 +190,16 @@ class Waits:
         return self._tools.check_against(call, schema)[1]
 
     def _pending(
-        self, call: ToolCall, kind: WaitKind, ordinal: int, now: datetime, expires: datetime
+        self,
+        call: ToolCall,
+        kind: WaitKind,
+        ordinal: int,
+        now: datetime,
+        expires: datetime,
+        execution_id: str = "",
     ) -> PendingCall:
         return PendingCall(
+            execution_id=execution_id,
             run_id=self._run.id,
             call_id=call.id,
             session_id=self._run.session_id,
@@ -172,8 +217,7 @@ class Waits:
     async def resolve(self, calls: Sequence[ToolCall]) -> Waiting | None:
         """A waiting run taken up again: still waiting (the lease let go again), or one step
         recording how each of its calls was resolved (status WAITING_FOR_TOOLS)."""
-        ids = {c.id for c in calls}
-        pending = [p for p in await self._store.pending_calls(self._run.id) if p.call_id in ids]
+        pending = latest_pause(await self._store.pending_calls(self._run.id), calls)
         now = datetime.now(UTC)
         open_calls = [p for p in pending if p.answer is None and not p.expired(now)]
         if open_calls:
@@ -182,6 +226,14 @@ class Waits:
                 tuple(p.call_id for p in open_calls), min(p.expires_at for p in open_calls)
             )
         expired = tuple(p.call_id for p in pending if p.answer is None and not p.timed_out)
+        for call in pending:
+            if call.kind == WaitKind.OUTCOME_UNKNOWN and call.answer is None:
+                raise RunStopped(
+                    f"the outcome of tool {call.tool_name!r} (execution {call.execution_id}) "
+                    "stayed unknown: behest stopped while it ran, it is not idempotent, and "
+                    f"nobody reconciled it within {self._policy.outcome_unknown_timeout_s:g} s",
+                    FailureCode.TOOL_OUTCOME_UNKNOWN,
+                )
         await self._log.emit(
             *(self._resolution(p) for p in pending),
             state=[
@@ -193,6 +245,17 @@ class Waits:
 
     def _resolution(self, call: PendingCall) -> ev.Payload:
         answer = call.answer
+        if call.kind == WaitKind.OUTCOME_UNKNOWN:
+            assert answer is not None and answer.verdict is not None  # unanswered: stopped
+            why = "" if answer.verdict == Verdict.RAN else answer.text
+            return ev.ToolExecutionReconciled(
+                call.execution_id,
+                call.call_id,
+                call.tool_name,
+                answer.verdict,
+                call.answered_by,
+                why,
+            )
         if call.kind == WaitKind.APPROVAL:
             if answer is None or answer.decision is None:
                 why = f"nobody decided within {self._approval_s:g} s"
@@ -208,15 +271,18 @@ class Waits:
             call.call_id, call.tool_name, answer.is_error, call.answered_by, False
         )
 
-    async def results(self, calls: Sequence[ToolCall]) -> dict[str, ToolResult]:
+    async def results(
+        self, calls: Sequence[ToolCall], *, resumed: bool = False
+    ) -> dict[str, ToolResult]:
         """The results of calls that do not run here: client tool calls (their answers, or an
-        error for invalid arguments or a timeout) and denied ones. Approved calls and calls
-        that never waited are not in it: they run."""
+        error for invalid arguments or a timeout), denied ones and, in a run taken up again
+        (`resumed`), those reconciled as having run or given up. Approved calls, calls that
+        never waited and those reconciled as not run are not in it: they run."""
         results: dict[str, ToolResult] = {}
         for call in calls:
             if call.name in self._client and (problem := self._invalid(call)):
                 results[call.id] = ToolResult(problem, is_error=True)
-        if not any(c.id not in results and self._may_wait(c) for c in calls):
+        if not resumed and not any(c.id not in results and self._may_wait(c) for c in calls):
             return results
         ids = {c.id for c in calls}
         for pending in await self._store.pending_calls(self._run.id):
@@ -231,6 +297,8 @@ class Waits:
 
     def _result(self, call: PendingCall) -> ToolResult | None:
         answer = call.answer
+        if call.kind == WaitKind.OUTCOME_UNKNOWN:
+            return reconciled_result(call)
         if call.kind == WaitKind.CLIENT_TOOL:
             if answer is None:
                 return ToolResult(
@@ -247,3 +315,29 @@ class Waits:
             reason = answer.text or "no reason given"
             why = f"{call.answered_by or 'the approver'} denied it: {reason}"
         return ToolResult(f"the call of {call.tool_name!r} was not run: {why}", is_error=True)
+
+
+def latest_pause(pending: Sequence[PendingCall], calls: Sequence[ToolCall]) -> list[PendingCall]:
+    """The turn's calls held by its latest pause (one step requests them all at one time):
+    those of an earlier pause of the same turn were resolved when it ended."""
+    ids = {c.id for c in calls}
+    mine = [p for p in pending if p.call_id in ids]
+    if not mine:
+        return []
+    last = max(p.requested_at for p in mine)
+    return [p for p in mine if p.requested_at == last]
+
+
+def reconciled_result(call: PendingCall) -> ToolResult | None:
+    """What the model gets for a reconciled execution (None: it did not run, it runs again)."""
+    answer = call.answer
+    if answer is None or answer.verdict == Verdict.DID_NOT_RUN:
+        return None
+    if answer.verdict == Verdict.RAN:
+        return ToolResult(truncate(answer.text), answer.is_error)
+    why = f": {answer.text}" if answer.text else ""
+    return ToolResult(
+        f"the outcome of {call.tool_name!r} is unknown: behest stopped while it ran, and "
+        f"{call.answered_by or 'an operator'} could not tell whether it took effect{why}",
+        is_error=True,
+    )

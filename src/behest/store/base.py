@@ -9,6 +9,7 @@ from typing import Protocol
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
+from behest.domain.executions import ToolExecution
 from behest.domain.messages import Message
 from behest.domain.runs import Cancel, Run, RunFilter
 from behest.domain.sessions import Session
@@ -168,6 +169,26 @@ class Store(Protocol):
         FailedPrecondition: the run ended, or a call was answered otherwise, timed out or
         expired by `now`. The same answer again is accepted and changes nothing. Returns the
         run's calls that still wait (unanswered, not expired)."""
+        ...
+
+    # --- tool executions (domain/executions.py) ------------------------------------------
+
+    async def tool_executions(self, run_id: str) -> list[ToolExecution]:
+        """The run's executions in the order they started, without their transitions."""
+        ...
+
+    async def tool_execution(self, execution_id: str) -> ToolExecution | None:
+        """One execution with its transitions, oldest first."""
+        ...
+
+    async def reconcile_execution(
+        self, execution_id: str, answer: Answer, *, by: str, now: datetime
+    ) -> tuple[ToolExecution, Submitted]:
+        """Store the verdict on an OUTCOME_UNKNOWN execution (`answer.verdict`, with its
+        result or reason), as the answer to the pending call its run waits on, and the
+        execution RECONCILED by `by`, in one transaction. NotFound: no such execution;
+        FailedPrecondition: it is not outcome-unknown (the same verdict again is accepted
+        and changes nothing), or its run ended or stopped waiting for it."""
         ...
 
     # --- spend (domain/spend.py) --------------------------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from behest.domain.events import Event
+from behest.domain.executions import ToolExecution, Transition
 from behest.domain.messages import Message
 from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
@@ -89,6 +90,14 @@ class ExpireCalls:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordExecution:
+    """A tool execution's record as it now is, and the transition that made it so."""
+
+    execution: ToolExecution
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
 class Fence:
     """The step holding this write is the run's only under the claim `generation`: checked in
     the step's own transaction, so the step of a node that lost the run writes nothing."""
@@ -132,6 +141,7 @@ Write = (
     | RequestInput
     | ReleaseRun
     | ExpireCalls
+    | RecordExecution
     | Fence
 )
 

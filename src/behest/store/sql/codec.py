@@ -10,6 +10,7 @@ from typing import Any
 
 from behest.domain import events as ev
 from behest.domain.content import ContentPart, PartKind
+from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
@@ -97,6 +98,8 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[name] = RunStatus(value)
         elif name == "content":
             data[name] = tuple(content_part(part) for part in value)
+        elif name == "verdict":
+            data[name] = Verdict(value)
     return cls(**data)
 
 

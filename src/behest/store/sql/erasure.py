@@ -129,6 +129,10 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         conn.execute(sa.delete(t.events).where(t.events.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.run_id.in_(chunk)))
+        transitions = t.tool_execution_transitions
+        conn.execute(sa.delete(transitions).where(transitions.c.run_id.in_(chunk)))
+        executions = t.tool_executions
+        conn.execute(sa.delete(executions).where(executions.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
         _delete_messages(conn, t.messages.c.run_id.in_(chunk))
         deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)

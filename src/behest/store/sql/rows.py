@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from behest.domain.events import Event
+from behest.domain.executions import Verdict
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.snapshots import Snapshot
@@ -62,6 +63,8 @@ def pending_call_to_row(call: PendingCall) -> dict[str, Any]:
         "answered_by": call.answered_by,
         "answered_at": call.answered_at,
         "timed_out": call.timed_out,
+        "execution_id": call.execution_id or None,
+        "verdict": None if answer is None or answer.verdict is None else int(answer.verdict),
     }
 
 
@@ -75,6 +78,7 @@ def pending_call_from_row(row: Any) -> PendingCall:
             decision=None if row.decision is None else Decision(row.decision),
             text=row.text,
             is_error=bool(row.is_error),
+            verdict=None if row.verdict is None else Verdict(row.verdict),
         )
         if answered
         else None
@@ -94,6 +98,7 @@ def pending_call_from_row(row: Any) -> PendingCall:
         answered_by=row.answered_by,
         answered_at=row.answered_at and utc(row.answered_at),
         timed_out=bool(row.timed_out),
+        execution_id=row.execution_id or "",
     )
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 
 from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.events import Event
+from behest.domain.executions import ToolExecution
 from behest.domain.messages import Message
 from behest.domain.runs import Cancel, Run, RunFilter
 from behest.domain.sessions import Session
@@ -36,6 +37,7 @@ from behest.store.sql import (
 from behest.store.sql import tables as t
 from behest.store.sql.creation import fresh_statement, get_run, is_fresh
 from behest.store.sql.engine import Engines, create_engines
+from behest.store.sql.executions import ToolExecutionsInSql
 from behest.store.sql.faults import fault_of
 from behest.store.sql.writes import apply_writes
 from behest.store.writes import BatchResult, NewRun, Write
@@ -46,7 +48,7 @@ SMALL_BATCH_ROWS = 16
 CREATION_ROWS = 5
 
 
-class SqlStore:
+class SqlStore(ToolExecutionsInSql):
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
     def __init__(
@@ -136,6 +138,13 @@ class SqlStore:
         distinct = waits.distinct_answers(answers)
         return await self.engines.writer.write(
             waits.submit_answers, run_id, distinct, kind=kind, by=by, now=now
+        )
+
+    async def reconcile_execution(
+        self, execution_id: str, answer: Answer, *, by: str, now: datetime
+    ) -> tuple[ToolExecution, Submitted]:
+        return await self.engines.writer.write(
+            waits.reconcile, execution_id, answer, by=by, now=now
         )
 
     async def always_allowed(self, session_id: str) -> frozenset[str]:

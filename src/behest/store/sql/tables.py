@@ -226,6 +226,9 @@ pending_calls = sa.Table(
     sa.Column("answered_by", sa.String(200), nullable=False, server_default=""),
     sa.Column("answered_at", Ts, nullable=True),
     sa.Column("timed_out", sa.Boolean, nullable=False, server_default=sa.false()),
+    # An outcome unknown (kind 3): the execution to reconcile, and the verdict (migration 0016).
+    sa.Column("execution_id", sa.String(36), nullable=True),
+    sa.Column("verdict", sa.SmallInteger, nullable=True),
     # always_allowed: a session's ALLOW_ALWAYS decisions.
     sa.Index("ix_pending_calls_session", "session_id"),
     # resumable_runs: whether a run still waits, from the small set of unanswered calls.
@@ -236,6 +239,45 @@ pending_calls = sa.Table(
         sqlite_where=sa.text("answered_at IS NULL"),
         postgresql_where=sa.text("answered_at IS NULL"),
     ),
+)
+
+# Every execution of a tool call (domain/executions.py; migration 0016).
+tool_executions = sa.Table(
+    "tool_executions",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("run_id", sa.String(36), nullable=False),
+    sa.Column("tenant", sa.String(200), nullable=False),
+    sa.Column("call_id", sa.String(200), nullable=False),
+    sa.Column("tool_name", sa.String(200), nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("status", sa.SmallInteger, nullable=False),
+    sa.Column("executor", sa.String(250), nullable=False),
+    sa.Column("idempotent", sa.Boolean, nullable=False),
+    sa.Column("started_at", Ts, nullable=False),
+    sa.Column("ended_at", Ts, nullable=True),
+    sa.Column("result", sa.Text, nullable=False, server_default=""),
+    sa.Column("is_error", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("result_digest", sa.String(80), nullable=False, server_default=""),
+    sa.Column("verdict", sa.SmallInteger, nullable=True),
+    # One record per attempt of a call; a run's executions in the order they started.
+    sa.UniqueConstraint("run_id", "call_id", "attempt", name="uq_tool_executions_attempt"),
+)
+
+tool_execution_transitions = sa.Table(
+    "tool_execution_transitions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("execution_id", sa.String(36), nullable=False),
+    # The run's, so that erasure and retention delete them by run.
+    sa.Column("run_id", sa.String(36), nullable=False),
+    sa.Column("status", sa.SmallInteger, nullable=False),
+    sa.Column("at", Ts, nullable=False),
+    sa.Column("actor", sa.String(250), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Index("ix_tool_execution_transitions_execution", "execution_id", "id"),
+    sa.Index("ix_tool_execution_transitions_run", "run_id"),
 )
 
 idempotency_keys = sa.Table(

@@ -10,17 +10,20 @@ writers of pending_calls lock in the same order (writes.apply_writes), so none d
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from behest.domain.executions import ExecutionStatus, ToolExecution, Transition, Verdict
 from behest.domain.runs import RunStatus
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, quote
-from behest.store.sql import rows
+from behest.store.sql import executions, rows
 from behest.store.sql import tables as t
 from behest.store.sql.writes import TERMINAL
+from behest.store.writes import RecordExecution
 
 _calls = t.pending_calls.c
 
@@ -72,6 +75,7 @@ _ANSWER = (
         is_error=sa.bindparam("b_is_error"),
         answered_by=sa.bindparam("b_by"),
         answered_at=sa.bindparam("b_now"),
+        verdict=sa.bindparam("b_verdict"),
     )
 )
 
@@ -128,7 +132,7 @@ def _is_new(
     """Whether `answer` is one to store; False if the call has it already, else it raises."""
     name = quote(answer.call_id)
     if call is None or call.kind != kind:
-        what = "approval request" if kind == WaitKind.APPROVAL else "client tool call"
+        what = _WHAT[kind]
         raise NotFound(f"run {run_id} has no {what} {name}")
     if _repeats(call, answer, kind):
         return False
@@ -144,6 +148,13 @@ def _is_new(
     return True
 
 
+_WHAT = {
+    WaitKind.APPROVAL: "approval request",
+    WaitKind.CLIENT_TOOL: "client tool call",
+    WaitKind.OUTCOME_UNKNOWN: "call waiting for a reconciliation",
+}
+
+
 def _repeats(call: PendingCall | None, answer: Answer, kind: WaitKind) -> bool:
     """Whether `answer` is the one the call has already."""
     return (
@@ -156,6 +167,8 @@ def _repeats(call: PendingCall | None, answer: Answer, kind: WaitKind) -> bool:
 
 def _how(answer: Answer) -> str:
     """How a call was answered, for an error message (a client tool's output is not shown)."""
+    if answer.verdict is not None:
+        return answer.verdict.name
     if answer.decision is None:
         return "an error result" if answer.is_error else "a result"
     if answer.text:
@@ -170,6 +183,36 @@ def _answer_params(run_id: str, answer: Answer, *, by: str, now: datetime) -> di
         "b_decision": None if answer.decision is None else int(answer.decision),
         "b_text": answer.text,
         "b_is_error": answer.is_error,
+        "b_verdict": None if answer.verdict is None else int(answer.verdict),
         "b_by": by,
         "b_now": now,
     }
+
+
+def reconcile(
+    conn: Connection, execution_id: str, answer: Answer, *, by: str, now: datetime
+) -> tuple[ToolExecution, Submitted]:
+    """Store.reconcile_execution, in the writer's transaction: it locks as every answer
+    does, the run's row, then its calls', then the execution's (which the event log
+    changes after the runs' and calls', in the same order)."""
+    row = conn.execute(executions.EXECUTION, {"b_id": execution_id}).first()
+    if row is None:
+        raise NotFound(f"tool execution {quote(execution_id)} not found")
+    execution = executions.execution_from_row(row)
+    if execution.status not in (ExecutionStatus.OUTCOME_UNKNOWN, ExecutionStatus.RECONCILED):
+        raise FailedPrecondition(
+            f"tool execution {execution_id} is {execution.status.name}: only one whose outcome "
+            "is unknown (OUTCOME_UNKNOWN) is reconciled"
+        )
+    answer = replace(answer, call_id=execution.call_id)
+    submitted = submit_answers(
+        conn, execution.run_id, [answer], kind=WaitKind.OUTCOME_UNKNOWN, by=by, now=now
+    )
+    if execution.status == ExecutionStatus.OUTCOME_UNKNOWN:
+        assert answer.verdict is not None
+        done = execution.reconciled(answer.verdict, answer.text, answer.is_error, now)
+        reason = answer.text if answer.verdict != Verdict.RAN else ""
+        change = Transition(status=ExecutionStatus.RECONCILED, at=now, actor=by, reason=reason)
+        executions.apply_records(conn, [RecordExecution(done, change)])
+        execution = done
+    return execution, submitted

@@ -15,7 +15,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from behest.domain.events import Event
 from behest.domain.runs import RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.store.sql import channel_payloads, rows
+from behest.domain.waits import WaitKind
+from behest.store.sql import channel_payloads, executions, rows
 from behest.store.sql import tables as t
 from behest.store.writes import (
     AppendEvent,
@@ -25,6 +26,7 @@ from behest.store.writes import (
     ExpireCalls,
     Fence,
     PutSnapshot,
+    RecordExecution,
     ReleaseRun,
     RequestInput,
     SetRunOutput,
@@ -113,6 +115,8 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     releases: list[dict[str, Any]] = []
     expiries: list[tuple[str, str]] = []
     outputs: list[dict[str, Any]] = []
+    reconciling: list[dict[str, Any]] = []  # calls now waiting for a reconciliation
+    records: list[RecordExecution] = []
     for write in writes:
         match write:
             case AppendEvent(event):
@@ -136,7 +140,11 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
             case ClearToolResults(session_id=session, through_position=through, text=text):
                 clears.append({"b_session": session, "b_through": through, "b_text": text})
             case RequestInput(requested):
-                calls.extend(rows.pending_call_to_row(call) for call in requested)
+                for call in requested:
+                    unknown = call.kind == WaitKind.OUTCOME_UNKNOWN
+                    (reconciling if unknown else calls).append(rows.pending_call_to_row(call))
+            case RecordExecution():
+                records.append(write)
             case ReleaseRun(run_id):
                 releases.append({"b_id": run_id})
             case ExpireCalls():
@@ -153,6 +161,10 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     _execute(conn, _RELEASE_RUNS, releases)
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.
     expire_calls(conn, expiries)
+    # A call waited for before (an approval) waits again, for its reconciliation: its row
+    # is replaced, after the runs' rows are locked (as submit_answers locks them).
+    replace_calls(conn, reconciling)
+    executions.apply_records(conn, records)
     put_snapshots(conn, snapshots)
 
 
@@ -218,6 +230,19 @@ def expire_calls(conn: Connection, expiries: list[tuple[str, str]]) -> None:
         now = rows.now()
         params = [{"b_run": run, "b_call": call, "b_now": now} for run, call in expiries]
         conn.execute(_EXPIRE_CALLS, params)
+
+
+_DELETE_CALL = sa.delete(t.pending_calls).where(
+    t.pending_calls.c.run_id == sa.bindparam("b_run"),
+    t.pending_calls.c.call_id == sa.bindparam("b_call"),
+)
+
+
+def replace_calls(conn: Connection, calls: list[dict[str, Any]]) -> None:
+    """Insert pending calls in place of the runs' earlier rows of the same calls."""
+    if calls:
+        conn.execute(_DELETE_CALL, [{"b_run": c["run_id"], "b_call": c["call_id"]} for c in calls])
+        conn.execute(_INSERT_PENDING_CALLS, calls)
 
 
 def put_snapshots(conn: Connection, snapshots: dict[str, Snapshot | None]) -> None:

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from behest._proto.agent.v1 import common_pb2 as _common_pb2
+from behest._proto.agent.v1 import execution_pb2 as _execution_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -189,6 +190,8 @@ class _PendingCallKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Pendi
     PENDING_CALL_KIND_UNSPECIFIED: _PendingCallKind.ValueType  # 0
     PENDING_CALL_KIND_APPROVAL: _PendingCallKind.ValueType  # 1
     PENDING_CALL_KIND_CLIENT_TOOL: _PendingCallKind.ValueType  # 2
+    PENDING_CALL_KIND_OUTCOME_UNKNOWN: _PendingCallKind.ValueType  # 3
+    """Added in behest 0.9: a reconciliation of its execution, whose outcome is unknown."""
 
 class PendingCallKind(_PendingCallKind, metaclass=_PendingCallKindEnumTypeWrapper):
     """Added in behest 0.6: what a waiting call waits for."""
@@ -196,6 +199,8 @@ class PendingCallKind(_PendingCallKind, metaclass=_PendingCallKindEnumTypeWrappe
 PENDING_CALL_KIND_UNSPECIFIED: PendingCallKind.ValueType  # 0
 PENDING_CALL_KIND_APPROVAL: PendingCallKind.ValueType  # 1
 PENDING_CALL_KIND_CLIENT_TOOL: PendingCallKind.ValueType  # 2
+PENDING_CALL_KIND_OUTCOME_UNKNOWN: PendingCallKind.ValueType  # 3
+"""Added in behest 0.9: a reconciliation of its execution, whose outcome is unknown."""
 Global___PendingCallKind: _TypeAlias = PendingCallKind  # noqa: Y015
 
 @_typing.final
@@ -236,6 +241,8 @@ class AgentEvent(_message.Message):
     SUB_RUN_FINISHED_FIELD_NUMBER: _builtins.int
     OUTPUT_REJECTED_FIELD_NUMBER: _builtins.int
     REASONING_DELTA_FIELD_NUMBER: _builtins.int
+    TOOL_OUTCOME_UNKNOWN_FIELD_NUMBER: _builtins.int
+    TOOL_EXECUTION_RECONCILED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -316,6 +323,16 @@ class AgentEvent(_message.Message):
         """
 
     @_builtins.property
+    def tool_outcome_unknown(self) -> Global___ToolOutcomeUnknownEvent:
+        """Added in behest 0.9: behest stopped while a tool that is not idempotent ran; the run
+        waits until the execution is reconciled (ReconcileToolExecution).
+        """
+
+    @_builtins.property
+    def tool_execution_reconciled(self) -> Global___ToolExecutionReconciledEvent:
+        """Added in behest 0.9: how an execution whose outcome was unknown was reconciled."""
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -350,15 +367,17 @@ class AgentEvent(_message.Message):
         sub_run_finished: Global___SubRunFinishedEvent | None = ...,
         output_rejected: Global___OutputRejectedEvent | None = ...,
         reasoning_delta: Global___ReasoningDeltaEvent | None = ...,
+        tool_outcome_unknown: Global___ToolOutcomeUnknownEvent | None = ...,
+        tool_execution_reconciled: Global___ToolExecutionReconciledEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -555,17 +574,24 @@ class ToolExecutionStartedEvent(_message.Message):
 
     CALL_ID_FIELD_NUMBER: _builtins.int
     TOOL_NAME_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     tool_name: _builtins.str
+    execution_id: _builtins.str
+    """Added in behest 0.9: the execution (ToolExecutionService) and its attempt (1, 2, ...)."""
+    attempt: _builtins.int
     def __init__(
         self,
         *,
         call_id: _builtins.str = ...,
         tool_name: _builtins.str = ...,
+        execution_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "call_id", b"call_id", "execution_id", b"execution_id", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1162,9 +1188,81 @@ class ResponseFormat(_message.Message):
 Global___ResponseFormat: _TypeAlias = ResponseFormat  # noqa: Y015
 
 @_typing.final
-class OutputRejectedEvent(_message.Message):
-    """Added in behest 0.7: the run's final answer did not fit its response_format."""
+class ToolOutcomeUnknownEvent(_message.Message):
+    """Added in behest 0.7: the run's final answer did not fit its response_format.
+    Added in behest 0.9.
+    """
 
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    attempt: _builtins.int
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """Unreconciled by then, the run fails with FAILURE_CODE_TOOL_OUTCOME_UNKNOWN."""
+
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "call_id", b"call_id", "execution_id", b"execution_id", "expires_at", b"expires_at", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolOutcomeUnknownEvent: _TypeAlias = ToolOutcomeUnknownEvent  # noqa: Y015
+
+@_typing.final
+class ToolExecutionReconciledEvent(_message.Message):
+    """Added in behest 0.9."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
+    RECONCILED_BY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    verdict: _execution_pb2.ReconcileVerdict.ValueType
+    reconciled_by: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        verdict: _execution_pb2.ReconcileVerdict.ValueType = ...,
+        reconciled_by: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "execution_id", b"execution_id", "reason", b"reason", "reconciled_by", b"reconciled_by", "tool_name", b"tool_name", "verdict", b"verdict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolExecutionReconciledEvent: _TypeAlias = ToolExecutionReconciledEvent  # noqa: Y015
+
+@_typing.final
+class OutputRejectedEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ERROR_FIELD_NUMBER: _builtins.int
@@ -1890,7 +1988,10 @@ class PendingCall(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     REQUESTED_AT_FIELD_NUMBER: _builtins.int
     EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
     kind: Global___PendingCallKind.ValueType
+    execution_id: _builtins.str
+    """Added in behest 0.9: with OUTCOME_UNKNOWN, the execution to reconcile."""
     @_builtins.property
     def call(self) -> _common_pb2.ToolCall: ...
     @_builtins.property
@@ -1904,10 +2005,11 @@ class PendingCall(_message.Message):
         kind: Global___PendingCallKind.ValueType = ...,
         requested_at: _timestamp_pb2.Timestamp | None = ...,
         expires_at: _timestamp_pb2.Timestamp | None = ...,
+        execution_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at", "requested_at", b"requested_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at", "kind", b"kind", "requested_at", b"requested_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "execution_id", b"execution_id", "expires_at", b"expires_at", "kind", b"kind", "requested_at", b"requested_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,113 @@
+"""A run's tool executions (domain/executions.py): the record each execution of a call gets,
+its attempt, and the writes that commit each change with the run's step.
+
+A call's first execution is attempt 1; each later one (an idempotent call run again after
+behest stopped under it, or one reconciled as "it did not run") is the next. A run taken up
+again reads the records it has (`load`), so attempts go on counting across restarts and nodes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from behest.domain.executions import ExecutionStatus, ToolExecution, Transition
+from behest.domain.messages import ToolCall
+from behest.domain.runs import Run
+from behest.runs.sub_runs import SPAWN_TOOL
+from behest.store.base import Store
+from behest.store.writes import RecordExecution
+from behest.tools.base import ToolResult
+from behest.tools.registry import ToolRegistry
+
+# Why an execution cut by a stop is unknown, and what became of it.
+STOPPED = "behest stopped while it ran"
+
+
+class RunExecutions:
+    """The execution records of one run's tool calls, as this process executes them."""
+
+    def __init__(self, *, run: Run, store: Store, tools: ToolRegistry, node: str) -> None:
+        self._run = run
+        self._store = store
+        self._tools = tools
+        self._actor = f"node {node}" if node else "node"
+        self._latest: dict[str, ToolExecution] = {}  # by call id: its last execution
+
+    async def load(self) -> None:
+        """Read the run's records (a run taken up again)."""
+        for execution in await self._store.tool_executions(self._run.id):
+            latest = self._latest.get(execution.call_id)
+            if latest is None or execution.attempt > latest.attempt:
+                self._latest[execution.call_id] = execution
+
+    def latest(self, call_id: str) -> ToolExecution | None:
+        return self._latest.get(call_id)
+
+    def begin(self, call: ToolCall) -> tuple[ToolExecution, list[RecordExecution]]:
+        """A new execution of `call`, STARTED now: its record's writes (with, if the last one
+        never ended, that one recorded as cut by a stop and run again)."""
+        now = datetime.now(UTC)
+        writes = []
+        earlier = self._latest.get(call.id)
+        if earlier is not None and not earlier.status.is_final:
+            if earlier.status != ExecutionStatus.OUTCOME_UNKNOWN:
+                why = f"{STOPPED}; it is idempotent: run again as attempt {earlier.attempt + 1}"
+                writes.append(self._moved(earlier, ExecutionStatus.OUTCOME_UNKNOWN, now, why)[1])
+        execution = ToolExecution(
+            id=str(uuid.uuid4()),
+            run_id=self._run.id,
+            tenant=self._run.tenant,
+            call_id=call.id,
+            tool_name=call.name,
+            source=self._source(call.name),
+            attempt=(earlier.attempt if earlier is not None else 0) + 1,
+            status=ExecutionStatus.STARTED,
+            executor=self._actor,
+            idempotent=self.idempotent(call.name),
+            started_at=now,
+        )
+        self._latest[call.id] = execution
+        start = Transition(status=ExecutionStatus.STARTED, at=now, actor=self._actor)
+        writes.append(RecordExecution(execution, start))
+        return execution, writes
+
+    def end(self, call_id: str, result: ToolResult) -> list[RecordExecution]:
+        """The write that ends the call's execution with `result`."""
+        execution = self._latest.get(call_id)
+        if execution is None:
+            return []
+        now = datetime.now(UTC)
+        ended = execution.ended(result.text, result.is_error, now)
+        self._latest[call_id] = ended
+        change = Transition(status=ended.status, at=now, actor=self._actor)
+        return [RecordExecution(ended, change)]
+
+    def unknown(self, call: ToolCall) -> tuple[ToolExecution, RecordExecution]:
+        """The call's execution, cut by a stop, made OUTCOME_UNKNOWN (a record made for it
+        when the run began before execution records were kept)."""
+        now = datetime.now(UTC)
+        execution = self._latest.get(call.id)
+        if execution is None:
+            execution, _ = self.begin(call)
+        why = f"{STOPPED}, and it is not idempotent: it is not run again until reconciled"
+        return self._moved(execution, ExecutionStatus.OUTCOME_UNKNOWN, now, why)
+
+    def _moved(
+        self, execution: ToolExecution, status: ExecutionStatus, now: datetime, why: str
+    ) -> tuple[ToolExecution, RecordExecution]:
+        moved = replace(execution, status=status)
+        self._latest[execution.call_id] = moved
+        change = Transition(status=status, at=now, actor=self._actor, reason=why)
+        return moved, RecordExecution(moved, change)
+
+    def _source(self, name: str) -> str:
+        if name == SPAWN_TOOL:
+            return "sub_agent"
+        return self._tools.source(name) if self._tools.get(name) is not None else "unknown"
+
+    def idempotent(self, name: str) -> bool:
+        """Whether a call of the tool may run again after a stop cut it."""
+        tool = self._tools.get(name)
+        return name == SPAWN_TOOL or (tool is not None and tool.idempotent)

@@ -1,0 +1,221 @@
+"""A tool that is not idempotent, cut by a stop, leaves its run waiting for a reconciliation
+instead of failing it (issue 25): its execution OUTCOME_UNKNOWN, the run WAITING_FOR_INPUT,
+and ReconcileToolExecution says what happened. Every execution has a record with transitions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from behest._proto.agent.v1 import common_pb2 as c
+from behest._proto.agent.v1 import execution_pb2 as x
+from behest._proto.agent.v1 import execution_pb2_grpc as x_rpc
+from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import session_pb2 as s
+from behest._proto.agent.v1 import session_pb2_grpc as s_rpc
+from tests.e2e.test_resume import events_of, interrupt_during_tool, tool_step
+from tests.support import (
+    Server,
+    fast_settings,
+    kind,
+    script,
+    start_server_with_plugins,
+    stop_server,
+)
+
+
+async def tool_results(server: Server, run_id: str) -> list[str]:
+    """The text of the tool messages of the run's session: what the model got."""
+    run = (await server.runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
+    sessions = s_rpc.SessionServiceStub(server.channel)
+    listed = await sessions.ListSessionMessages(
+        s.ListSessionMessagesRequest(session_id=run.session_id)
+    )
+    messages = [m for m in listed.messages if m.role == "tool"]
+    return ["".join(part.text.text for part in m.content) for m in messages]
+
+
+def executions(server: Server) -> x_rpc.ToolExecutionServiceStub:
+    return x_rpc.ToolExecutionServiceStub(server.channel)
+
+
+async def until_unknown(server: Server, run_id: str) -> pb.AgentEvent:
+    """The run's ToolOutcomeUnknown, once the restarted server has stored it."""
+    watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
+    async for event in watch:
+        if kind(event) == "tool_outcome_unknown":
+            watch.cancel()
+            return event
+    raise AssertionError("the run never said the outcome was unknown")
+
+
+async def cut_unsafe_call(tmp_path: Path, **settings: object) -> tuple[Server, str]:
+    """A run whose slow_unsafe call was cut by a shutdown, on a restarted server."""
+    steps = script(tool_step("slow_unsafe", 1), {"text": "all done"})
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)
+    return await start_server_with_plugins(fast_settings(tmp_path, **settings)), run_id
+
+
+async def test_a_cut_unsafe_call_waits_and_its_verdict_ran_gives_the_model_its_result(
+    tmp_path: Path,
+) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path)
+    try:
+        unknown = (await until_unknown(server, run_id)).tool_outcome_unknown
+        assert (unknown.tool_name, unknown.attempt) == ("slow_unsafe", 1)
+        run = (await server.runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
+        assert run.status == c.RUN_STATUS_WAITING_FOR_INPUT
+        pending = await server.runs.ListPendingCalls(pb.ListPendingCallsRequest(run_id=run_id))
+        assert [(p.kind, p.execution_id) for p in pending.calls] == [
+            (pb.PENDING_CALL_KIND_OUTCOME_UNKNOWN, unknown.execution_id)
+        ]
+        listed = await executions(server).ListToolExecutions(
+            x.ListToolExecutionsRequest(run_id=run_id)
+        )
+        assert [(e.id, e.status) for e in listed.executions] == [
+            (unknown.execution_id, x.TOOL_EXECUTION_STATUS_OUTCOME_UNKNOWN)
+        ]
+        reply = await executions(server).ReconcileToolExecution(
+            x.ReconcileToolExecutionRequest(
+                execution_id=unknown.execution_id,
+                verdict=x.RECONCILE_VERDICT_RAN,
+                output="slept 1 s (seen in the backend's log)",
+            )
+        )
+        assert reply.execution.status == x.TOOL_EXECUTION_STATUS_RECONCILED
+        assert list(reply.waiting_call_ids) == []
+        events = await events_of(server, run_id)
+        results = await tool_results(server, run_id)
+        got = await executions(server).GetToolExecution(
+            x.GetToolExecutionRequest(execution_id=unknown.execution_id)
+        )
+    finally:
+        await stop_server(server)
+    kinds = [kind(e) for e in events]
+    assert kind(events[-1]) == "run_completed"
+    assert kinds.count("tool_execution_started") == 1  # never run twice
+    reconciled = next(e for e in events if kind(e) == "tool_execution_reconciled")
+    assert reconciled.tool_execution_reconciled.verdict == x.RECONCILE_VERDICT_RAN
+    assert reconciled.tool_execution_reconciled.reconciled_by == "anonymous"
+    assert results == ["slept 1 s (seen in the backend's log)"]
+    steps = [(t.status, t.actor) for t in got.execution.transitions]
+    assert [status for status, _ in steps] == [
+        x.TOOL_EXECUTION_STATUS_STARTED,
+        x.TOOL_EXECUTION_STATUS_OUTCOME_UNKNOWN,
+        x.TOOL_EXECUTION_STATUS_RECONCILED,
+    ]
+    assert steps[0][1].startswith("node ") and steps[2][1] == "anonymous"
+    assert "not idempotent" in got.execution.transitions[1].reason
+
+
+async def test_did_not_run_runs_it_again_as_attempt_two_with_the_same_key(
+    tmp_path: Path,
+) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path)
+    try:
+        unknown = (await until_unknown(server, run_id)).tool_outcome_unknown
+        await executions(server).ReconcileToolExecution(
+            x.ReconcileToolExecutionRequest(
+                execution_id=unknown.execution_id, verdict=x.RECONCILE_VERDICT_DID_NOT_RUN
+            )
+        )
+        events = await events_of(server, run_id)
+        listed = await executions(server).ListToolExecutions(
+            x.ListToolExecutionsRequest(run_id=run_id)
+        )
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    starts = [e.tool_execution_started for e in events if kind(e) == "tool_execution_started"]
+    assert [s.attempt for s in starts] == [1, 2]
+    first, second = listed.executions
+    assert (first.attempt, first.status, first.verdict) == (
+        1,
+        x.TOOL_EXECUTION_STATUS_RECONCILED,
+        x.RECONCILE_VERDICT_DID_NOT_RUN,
+    )
+    assert (second.attempt, second.status) == (2, x.TOOL_EXECUTION_STATUS_SUCCEEDED)
+    assert second.id == starts[1].execution_id
+    assert first.idempotency_key == second.idempotency_key != ""
+
+
+async def test_give_up_tells_the_model_and_the_run_goes_on(tmp_path: Path) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path)
+    try:
+        unknown = (await until_unknown(server, run_id)).tool_outcome_unknown
+        await executions(server).ReconcileToolExecution(
+            x.ReconcileToolExecutionRequest(
+                execution_id=unknown.execution_id,
+                verdict=x.RECONCILE_VERDICT_GIVE_UP,
+                reason="the backend keeps no log",
+            )
+        )
+        events = await events_of(server, run_id)
+        (result,) = await tool_results(server, run_id)
+        listed = await executions(server).ListToolExecutions(
+            x.ListToolExecutionsRequest(run_id=run_id)
+        )
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    assert "could not tell" in result and "the backend keeps no log" in result
+    (execution,) = listed.executions
+    assert (execution.verdict, execution.is_error) == (x.RECONCILE_VERDICT_GIVE_UP, True)
+
+
+async def test_unreconciled_past_its_time_the_run_fails_naming_the_tool(tmp_path: Path) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path, outcome_unknown_timeout_s=0.5)
+    try:
+        events = await events_of(server, run_id)
+    finally:
+        await stop_server(server)
+    assert [kind(e) for e in events].count("tool_outcome_unknown") == 1
+    failed = events[-1].run_failed
+    assert kind(events[-1]) == "run_failed"
+    assert failed.code == pb.FAILURE_CODE_TOOL_OUTCOME_UNKNOWN
+    assert "slow_unsafe" in failed.error and "nobody reconciled it" in failed.error
+
+
+async def test_refused_reconciles_change_nothing(tmp_path: Path) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path)
+    stub = executions(server)
+    try:
+        unknown = (await until_unknown(server, run_id)).tool_outcome_unknown
+        cases = [
+            (x.RECONCILE_VERDICT_UNSPECIFIED, "", grpc.StatusCode.INVALID_ARGUMENT, "verdict"),
+            (x.RECONCILE_VERDICT_GIVE_UP, "out", grpc.StatusCode.INVALID_ARGUMENT, "output"),
+        ]
+        for verdict, output, code, word in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.ReconcileToolExecution(
+                    x.ReconcileToolExecutionRequest(
+                        execution_id=unknown.execution_id, verdict=verdict, output=output
+                    )
+                )
+            assert refused.value.code() == code and word in (refused.value.details() or "")
+        ran = x.ReconcileToolExecutionRequest(
+            execution_id=unknown.execution_id, verdict=x.RECONCILE_VERDICT_RAN, output="done"
+        )
+        await stub.ReconcileToolExecution(ran)
+        await stub.ReconcileToolExecution(ran)  # the same verdict again: harmless
+        ran.output = "something else"
+        with pytest.raises(grpc.aio.AioRpcError) as again:
+            await stub.ReconcileToolExecution(ran)
+        assert again.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        events = await events_of(server, run_id)
+        listed = await stub.ListToolExecutions(x.ListToolExecutionsRequest(run_id=run_id))
+        (execution,) = listed.executions
+        with pytest.raises(grpc.aio.AioRpcError) as finished:
+            await stub.ReconcileToolExecution(ran)
+        missing = x.GetToolExecutionRequest(execution_id="00000000-0000-4000-8000-000000000000")
+        with pytest.raises(grpc.aio.AioRpcError) as unknown_id:
+            await stub.GetToolExecution(missing)
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    assert execution.result == "done"
+    assert finished.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert unknown_id.value.code() == grpc.StatusCode.NOT_FOUND
