@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping
 
 from opentelemetry.trace import Span
 
 from behest.domain import events as ev
 from behest.domain.messages import Role, ToolCall
-from behest.domain.runs import RunStatus
+from behest.domain.runs import Run, RunStatus
 from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
@@ -28,6 +29,7 @@ from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.writes import AppendMessage
 from behest.tools.base import ToolResult
+from behest.tools.context import ToolContext, idempotency_key
 from behest.tools.registry import ToolRegistry
 
 
@@ -117,7 +119,7 @@ class ToolRunner:
             if call.name == SPAWN_TOOL and self._spawn is not None:
                 result = await self._spawn(call)
             elif call.name in self._offered or self._tools.get(call.name) is None:
-                result = await self._tools.execute(call)
+                result = await self._tools.execute(call, tool_context(progress.run, call))
             else:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)
             seconds = time.monotonic() - began
@@ -169,6 +171,24 @@ class ToolRunner:
             state=[AppendMessage(message), *progress.state(RunStatus.WAITING_FOR_TOOLS)],
         )
         progress.remember(message)
+
+
+def tool_context(run: Run, call: ToolCall) -> ToolContext:
+    """The context of one execution of `call` (its deadline is set as the tool starts).
+
+    For now every execution is attempt 1 with a fresh id, and the principal is "" (a run does
+    not record who created it); durable execution records will give the real ones."""
+    return ToolContext(
+        execution_id=uuid.uuid4().hex,
+        attempt=1,
+        idempotency_key=idempotency_key(run.tenant, run.id, call.id),
+        run_id=run.id,
+        session_id=run.session_id,
+        tenant=run.tenant,
+        principal="",
+        call_id=call.id,
+        tool_name=call.name,
+    )
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
