@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.config import Settings
+from behest.domain.callers import DEFAULT_TENANT
+from behest.tools.context import idempotency_key
 from tests.support import collect, create_request, kind, script, start_server, stop_server
 
 ECHO_SERVER = Path(__file__).parents[1] / "mcp_servers" / "echo_server.py"
@@ -83,3 +87,44 @@ async def test_an_mcp_server_that_requires_approval_makes_its_calls_wait(tmp_pat
     assert kind(events[-1]) == "run_completed"
     said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
     assert said == "echo__add: 42"
+
+
+async def test_a_runs_mcp_call_carries_its_context_in_meta(tmp_path: Path) -> None:
+    config = settings_file(
+        tmp_path,
+        f'[mcp.servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n'
+        "timeout_s = 12\n",
+    )
+    server = await start_server(Settings.load(config_file=str(config)))
+    try:
+        steps = script(
+            {"tool_calls": [{"name": "echo__meta", "arguments": {}}]}, {"say": "tool_results"}
+        )
+        began = datetime.now(UTC)
+        events = await collect(server.runs.CreateRunStream(create_request(steps, model="script")))
+        ended = datetime.now(UTC)
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    started = next(e for e in events if kind(e) == "tool_execution_started")
+    call_id = started.tool_execution_started.call_id
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    meta = json.loads(said.removeprefix("echo__meta: "))
+    assert set(meta) == {
+        "io.behest/execution_id",
+        "io.behest/attempt",
+        "io.behest/idempotency_key",
+        "io.behest/run_id",
+        "io.behest/deadline",
+    }
+    # The execution's record: the one ToolExecutionStarted names, attempt 1.
+    assert meta["io.behest/execution_id"] == started.tool_execution_started.execution_id
+    assert meta["io.behest/attempt"] == started.tool_execution_started.attempt == 1
+    assert meta["io.behest/idempotency_key"] == idempotency_key(
+        DEFAULT_TENANT, events[0].run_id, call_id
+    )
+    assert meta["io.behest/run_id"] == events[0].run_id
+    assert meta["io.behest/deadline"].endswith("Z")
+    deadline = datetime.fromisoformat(meta["io.behest/deadline"].replace("Z", "+00:00"))
+    ahead = timedelta(seconds=12)
+    assert began + ahead - timedelta(milliseconds=1) <= deadline <= ended + ahead

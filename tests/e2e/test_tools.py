@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 import pytest
 
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest.domain.callers import DEFAULT_TENANT
+from behest.tools.context import idempotency_key
 from tests.support import (
     Server,
     collect,
@@ -316,3 +320,47 @@ async def test_plugin_tools_are_listed_and_run(server: Server) -> None:
         server, {"tool_calls": [call("slow_safe", seconds=0)]}, {"say": "tool_results"}
     )
     assert answer(events) == "slow_safe: slept 0"
+
+
+def contexts(events: list[pb.AgentEvent]) -> list[dict[str, object]]:
+    """What each `whoami` tool of the run's last turn said of its context."""
+    return [json.loads(line.split(": ", 1)[1]) for line in answer(events).splitlines()]
+
+
+async def test_a_tool_that_asks_for_its_context_gets_the_run_the_call_and_a_deadline(
+    server: Server,
+) -> None:
+    began = datetime.now(UTC)
+    first = await run_script(
+        server, {"tool_calls": [call("whoami"), call("whoami_too")]}, {"say": "tool_results"}
+    )
+    run_id, session_id = first[0].run_id, first[0].run_started.session_id
+    second = await run_script(
+        server, {"tool_calls": [call("whoami")]}, {"say": "tool_results"}, session_id=session_id
+    )
+    ended = datetime.now(UTC)
+    whoami, whoami_too = contexts(first)
+    again = contexts(second)[0]
+    for seen, tool, timeout_s in ((whoami, "whoami", 5), (whoami_too, "whoami_too", 7)):
+        assert seen["tool_name"] == tool
+        assert (seen["run_id"], seen["session_id"]) == (run_id, session_id)
+        assert (seen["tenant"], seen["principal"], seen["attempt"]) == (DEFAULT_TENANT, "", 1)
+        key = idempotency_key(DEFAULT_TENANT, run_id, str(seen["call_id"]))
+        assert seen["idempotency_key"] == key
+        deadline = datetime.fromisoformat(str(seen["deadline"]))
+        ahead = timedelta(seconds=timeout_s)
+        assert began + ahead <= deadline <= ended + ahead
+        assert seen["current_agrees"] is True  # current_tool_context() says the same
+    assert whoami["call_id"] != whoami_too["call_id"]
+    assert whoami["idempotency_key"] != whoami_too["idempotency_key"]
+    assert whoami["execution_id"] != whoami_too["execution_id"]
+    # The next run's first call has the same call id, but it is another run's call.
+    assert (again["run_id"], again["call_id"]) == (second[0].run_id, whoami["call_id"])
+    assert again["idempotency_key"] != whoami["idempotency_key"]
+
+
+async def test_a_tool_that_does_not_ask_for_a_context_runs_as_before(server: Server) -> None:
+    events = await run_script(
+        server, {"tool_calls": [call("slow_unsafe", seconds=0)]}, {"say": "tool_results"}
+    )
+    assert answer(events) == "slow_unsafe: slept 0"

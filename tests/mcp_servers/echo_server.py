@@ -7,12 +7,13 @@ python echo_server.py --http     # streamable HTTP on 127.0.0.1, ephemeral port;
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
 
 import anyio
-from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
@@ -51,6 +52,12 @@ async def slow(seconds: float) -> str:
 @server.tool(description="This server's process id.")
 def pid() -> str:
     return str(os.getpid())
+
+
+@server.tool(description="The behest keys of the request's _meta, as JSON.")
+def meta(ctx: Context) -> str:
+    received = dict(ctx.request_context.meta or {})
+    return json.dumps({k: v for k, v in received.items() if k.startswith("io.behest/")})
 
 
 @server.tool(description="Kill this server process at once.")

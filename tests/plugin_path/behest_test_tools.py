@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import dataclasses
+import json
+from typing import Any, ClassVar
 
 from behest.tools.base import FunctionTool, Tool, ToolResult
+from behest.tools.context import ToolContext, current_tool_context
 
 SECONDS = {
     "type": "object",
@@ -36,8 +39,44 @@ async def _binary(arguments: dict[str, Any]) -> ToolResult:
     return ToolResult("\x7fELF\x00\x01")
 
 
+def _described(context: ToolContext | None) -> str:
+    """The context a tool was given as JSON, and whether current_tool_context() agrees."""
+    fields = dataclasses.asdict(context) if context else {}
+    if context and context.deadline:
+        fields["deadline"] = context.deadline.isoformat()
+    return json.dumps({**fields, "current_agrees": current_tool_context() == context})
+
+
+class Whoami:
+    """A class-style tool that takes its call's context as a second parameter."""
+
+    name = "whoami"
+    description = "Says what it knows of the call it serves."
+    parameters_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    timeout_s = 5.0
+    read_only = True
+    concurrency_safe = True
+    idempotent = True
+
+    async def __call__(self, arguments: dict[str, Any], context: ToolContext | None) -> str:
+        return _described(context)
+
+
+async def _whoami(arguments: dict[str, Any], *, context: ToolContext | None = None) -> str:
+    return _described(context)
+
+
 def all_tools() -> list[Tool]:
     return [
+        Whoami(),
+        FunctionTool(
+            name="whoami_too",
+            description="Says what it knows of the call it serves (a function).",
+            function=_whoami,
+            timeout_s=7.0,
+            read_only=True,
+            concurrency_safe=True,
+        ),
         FunctionTool(
             name="slow_safe",
             description="Sleeps; safe to run alongside others.",

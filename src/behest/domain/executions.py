@@ -17,6 +17,10 @@ from datetime import datetime
 
 # The longest result an execution record keeps as text (its digest covers all of it).
 RESULT_KEPT_CHARS = 4096
+# Hex characters of an idempotency key: 128 bits, no realistic collision.
+IDEMPOTENCY_KEY_CHARS = 32
+# Kept apart from every other digest of the same fields; changed only with the scheme.
+_KEY_DOMAIN = b"behest tool call idempotency v1"
 
 
 class ExecutionStatus(enum.IntEnum):
@@ -115,8 +119,18 @@ def kept(text: str) -> tuple[str, str]:
 
 
 def idempotency_key(tenant: str, run_id: str, call_id: str) -> str:
-    """The same for every attempt of one tool call, different for any other call: a tool
-    passes it to its backend to make its side effect happen once (e.g. an Idempotency-Key
-    header). A digest, so it carries nothing a tool should not see and has a fixed length."""
-    text = "\x1f".join((tenant, run_id, call_id)).encode("utf-8", "surrogatepass")
-    return "bhk_" + hashlib.sha256(text).hexdigest()[:32]
+    """The key of one tool call: a digest of its tenant, run and call id (32 hex chars), the
+    same for every attempt of the call and different for any other call; a tool passes it to
+    its backend to make its side effect happen once (e.g. an Idempotency-Key header).
+
+    A digest rather than the ids themselves: it has one length and one alphabet whatever a
+    model names its calls (any backend's header or column takes it), and it tells a tool's
+    backend nothing about the tenant. Each field is length-prefixed, so no two different
+    triples are hashed as the same bytes.
+    """
+    digest = hashlib.sha256(_KEY_DOMAIN)
+    for part in (tenant, run_id, call_id):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()[:IDEMPOTENCY_KEY_CHARS]

@@ -18,8 +18,9 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from opentelemetry.trace import Span
 
 from behest.domain import events as ev
+from behest.domain.executions import ToolExecution
 from behest.domain.messages import Role, ToolCall
-from behest.domain.runs import RunStatus
+from behest.domain.runs import Run, RunStatus
 from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
@@ -29,6 +30,7 @@ from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.writes import AppendMessage, RecordExecution
 from behest.tools.base import ToolResult
+from behest.tools.context import ToolContext
 from behest.tools.registry import ToolRegistry
 
 
@@ -121,7 +123,7 @@ class ToolRunner:
             if call.name == SPAWN_TOOL and self._spawn is not None:
                 result = await self._spawn(call)
             elif call.name in self._offered or self._tools.get(call.name) is None:
-                result = await self._tools.execute(call)
+                result = await self._tools.execute(call, tool_context(progress.run, execution))
             else:
                 result = ToolResult(f"tool {call.name!r} is not available in this run", True)
             seconds = time.monotonic() - began
@@ -184,6 +186,22 @@ class ToolRunner:
             ],
         )
         progress.remember(message)
+
+
+def tool_context(run: Run, execution: ToolExecution) -> ToolContext:
+    """What the tool of `execution` is told of it (its deadline is set as the tool starts);
+    the principal is "" (a run does not record who created it)."""
+    return ToolContext(
+        execution_id=execution.id,
+        attempt=execution.attempt,
+        idempotency_key=execution.idempotency_key,
+        run_id=run.id,
+        session_id=run.session_id,
+        tenant=run.tenant,
+        principal="",
+        call_id=execution.call_id,
+        tool_name=execution.tool_name,
+    )
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

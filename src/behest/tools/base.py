@@ -1,10 +1,16 @@
-"""The Tool protocol: JSON Schema in, text out, with a timeout and safety flags."""
+"""The Tool protocol: JSON Schema in, text out, with a timeout and safety flags.
+
+A tool may also take the context of its call (tools/context.py): `__call__(self, arguments,
+context: ToolContext | None = None)`, or a FunctionTool's function with a second parameter.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from behest.tools.context import Passing, ToolContext, call_with, passing
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -22,6 +28,9 @@ class Tool(Protocol):
     """A callable tool. Flags tell the loop what it may do with it:
     `concurrency_safe` calls of one batch may run in parallel; an `idempotent` call may be
     re-run after a crash; `read_only` tools change nothing outside behest.
+
+    `__call__` may take a second parameter (or one named `context`): the call's ToolContext,
+    or None when the caller gave none. A tool that does not take it is called as before.
     """
 
     @property
@@ -44,14 +53,16 @@ class Tool(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FunctionTool:
-    """A Tool made from an async function of the validated arguments."""
+    """A Tool made from an async function of the validated arguments, and of the call's
+    ToolContext when the function takes a second parameter (or one named `context`)."""
 
     name: str
     description: str
     parameters_schema: dict[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
-    function: Callable[[dict[str, Any]], Awaitable[ToolResult | str]]
+    # (arguments) or (arguments, context): see tools/context.py `passing`.
+    function: Callable[..., Awaitable[ToolResult | str]]
     timeout_s: float = DEFAULT_TIMEOUT_S
     read_only: bool = False
     concurrency_safe: bool = False
@@ -59,6 +70,14 @@ class FunctionTool:
     # Every call waits for an approval (SubmitApprovals) before it runs. Not part of the
     # Tool protocol: a tool without the attribute needs none unless the settings say so.
     requires_approval: bool = False
+    # How the function takes the context: looked up once, not at every call.
+    _passing: Passing = field(init=False, repr=False, compare=False)
 
-    async def __call__(self, arguments: dict[str, Any]) -> ToolResult | str:
-        return await self.function(arguments)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_passing", passing(self.function))
+
+    async def __call__(
+        self, arguments: dict[str, Any], context: ToolContext | None = None
+    ) -> ToolResult | str:
+        result: ToolResult | str = await call_with(self.function, self._passing, arguments, context)
+        return result

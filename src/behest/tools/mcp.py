@@ -42,9 +42,10 @@ from behest import __version__
 from behest.backoff import backoff_s
 from behest.errors import describe
 from behest.tools.base import Tool, ToolResult
+from behest.tools.context import ToolContext
 from behest.tools.mcp_config import McpServerConfig
 from behest.tools.mcp_framing import sendable
-from behest.tools.mcp_tools import listed_tools, make_tools, result_text
+from behest.tools.mcp_tools import listed_tools, make_tools, request_meta, result_text
 from behest.tools.mcp_transport import Connection, transport
 
 __all__ = ["McpServerConfig", "McpToolSource", "result_text"]
@@ -261,8 +262,11 @@ class _Server:
             extra={"mcp_server": self.config.name, "error": cause},
         )
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call one MCP tool; every failure becomes an error result, never an exception."""
+    async def call(
+        self, tool: str, arguments: dict[str, Any], context: ToolContext | None = None
+    ) -> ToolResult:
+        """Call one MCP tool, its context in the request's `_meta`; every failure becomes an
+        error result, never an exception."""
         timeout_s, began = self.config.timeout_s, time.monotonic()
         if not self._settled.is_set():  # restarting: wait for it, leaving time for the call
             with contextlib.suppress(TimeoutError):
@@ -279,7 +283,9 @@ class _Server:
         remaining = timeout_s - (time.monotonic() - began)
         try:
             async with asyncio.timeout(remaining):
-                result = await client.call_tool(tool, arguments, read_timeout_seconds=remaining)
+                result = await client.call_tool(
+                    tool, arguments, read_timeout_seconds=remaining, meta=request_meta(context)
+                )
         except TimeoutError:
             return self._timed_out(tool)
         except MCPError as exc:

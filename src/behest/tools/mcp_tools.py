@@ -6,7 +6,8 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import UTC
+from typing import Any, cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -16,6 +17,7 @@ from mcp.types import (
     CallToolResult,
     EmbeddedResource,
     ImageContent,
+    RequestParamsMeta,
     ResourceLink,
     TextContent,
     TextResourceContents,
@@ -24,6 +26,7 @@ from mcp.types import Tool as McpTool
 
 from behest import bounded_json
 from behest.tools.base import FunctionTool, Tool, ToolResult
+from behest.tools.context import ToolContext
 from behest.tools.mcp_config import McpServerConfig
 
 # One logger for everything about MCP servers, whichever module tells it.
@@ -31,12 +34,21 @@ log = logging.getLogger("behest.tools.mcp")
 
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
-Call = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
+Call = Callable[[str, dict[str, Any], ToolContext | None], Awaitable[ToolResult]]
+
+# The `_meta` keys of a tools/call request that carry its ToolContext. The MCP spec's key
+# format: a prefix of dot-separated labels in reverse DNS notation (one whose second label is
+# "modelcontextprotocol" or "mcp" is MCP's own), a slash, and a name.
+META_PREFIX = "io.behest/"
+EXECUTION_ID, ATTEMPT, IDEMPOTENCY_KEY, RUN_ID, DEADLINE = (
+    f"{META_PREFIX}{name}"
+    for name in ("execution_id", "attempt", "idempotency_key", "run_id", "deadline")
+)
 
 
 def make_tools(config: McpServerConfig, listed: list[McpTool], call: Call) -> list[Tool]:
-    """The server's listed tools, named `<server>__<tool>`; `call(tool, arguments)` runs one.
-    A tool with an invalid schema or a name taken already is logged and left out."""
+    """The server's listed tools, named `<server>__<tool>`; `call(tool, arguments, context)`
+    runs one. A tool with an invalid schema or a name taken already is logged and left out."""
     tools: list[Tool] = []
     seen: set[str] = set()
     for mcp_tool in listed:
@@ -63,8 +75,8 @@ def _make_tool(config: McpServerConfig, name: str, mcp_tool: McpTool, call: Call
     read_only = bool(hints and hints.read_only_hint)
     description = (mcp_tool.description or mcp_tool.title or mcp_tool.name).strip()
 
-    async def function(arguments: dict[str, Any]) -> ToolResult:
-        return await call(mcp_tool.name, arguments)
+    async def function(arguments: dict[str, Any], context: ToolContext | None = None) -> ToolResult:
+        return await call(mcp_tool.name, arguments, context)
 
     return FunctionTool(
         name=name,
@@ -77,6 +89,24 @@ def _make_tool(config: McpServerConfig, name: str, mcp_tool: McpTool, call: Call
         idempotent=bool(hints and hints.idempotent_hint),
         requires_approval=config.requires_approval,
     )
+
+
+def request_meta(context: ToolContext | None) -> RequestParamsMeta | None:
+    """The `_meta` of a tools/call request made for `context` (None without one): the
+    execution, its attempt, the call's idempotency key, the run and the deadline (RFC 3339,
+    UTC). Not the tenant, session or principal: a server learns no more than it needs."""
+    if context is None:
+        return None
+    meta: dict[str, Any] = {
+        EXECUTION_ID: context.execution_id,
+        ATTEMPT: context.attempt,
+        IDEMPOTENCY_KEY: context.idempotency_key,
+        RUN_ID: context.run_id,
+    }
+    if context.deadline is not None:
+        utc = context.deadline.astimezone(UTC)
+        meta[DEADLINE] = utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return cast(RequestParamsMeta, meta)  # an open map: any key beside progress_token
 
 
 def result_text(result: CallToolResult) -> str:

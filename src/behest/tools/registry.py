@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -15,6 +17,7 @@ from behest import bounded_json
 from behest.domain.messages import ToolCall, ToolDefinition
 from behest.errors import describe
 from behest.tools.base import Tool, ToolResult
+from behest.tools.context import Passing, ToolContext, call_with, passing, serving
 from behest.tools.output import truncate
 
 # A tool call's arguments, as a model sends them; more is an error result, not a parse.
@@ -46,6 +49,8 @@ class ToolRegistry:
         self._sources: dict[str, str] = {}
         # Each tool's schema as the validator cache's key, made once (not per call).
         self._schema_keys: dict[str, str] = {}
+        # How each tool takes its call's context (tools/context.py), found once.
+        self._passing: dict[str, Passing] = {}
         for tool in tools:
             self.add(tool, source=source)
 
@@ -60,6 +65,7 @@ class ToolRegistry:
         self._tools[tool.name] = tool
         self._sources[tool.name] = source
         self._schema_keys[tool.name] = _key(tool.parameters_schema)
+        self._passing[tool.name] = passing(tool.__call__)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -79,8 +85,11 @@ class ToolRegistry:
             for t in (self._tools[n] for n in chosen if n in self._tools)
         ]
 
-    async def execute(self, call: ToolCall) -> ToolResult:
-        """Validate the call's arguments against the tool's schema, run it, bound its output."""
+    async def execute(self, call: ToolCall, context: ToolContext | None = None) -> ToolResult:
+        """Validate the call's arguments against the tool's schema, run it, bound its output.
+
+        `context` (its deadline set here, from the tool's timeout) goes to a tool that takes
+        it, and is `current_tool_context()` while the tool runs; None gives no context."""
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self.names()) or "none"
@@ -88,8 +97,13 @@ class ToolRegistry:
         arguments, problem = self._arguments(call)
         if problem:
             return ToolResult(problem, is_error=True)
+        if context is not None:
+            deadline = datetime.now(UTC) + timedelta(seconds=tool.timeout_s)
+            context = dataclasses.replace(context, deadline=deadline)
         try:
-            result = await asyncio.wait_for(tool(arguments), tool.timeout_s)
+            with serving(context):
+                running = call_with(tool, self._passing[call.name], arguments, context)
+                result = await asyncio.wait_for(running, tool.timeout_s)
         except TimeoutError:
             return ToolResult(f"tool {call.name!r} timed out after {tool.timeout_s:g} s", True)
         except Exception as exc:  # a tool's crash is the model's to react to, not the run's

@@ -1,0 +1,112 @@
+"""What a tool knows of the call it serves: the run, the call, the attempt, the deadline.
+
+A tool asks for it by taking a second parameter, or one named `context`, in `__call__` (a
+FunctionTool: in its function); the registry looks once, when the tool is added, and passes
+a `ToolContext` (None when the caller gave none). Any tool, and any code it calls, may also
+read it with `current_tool_context()`: the registry sets it around each call.
+
+The idempotency key is the same for every attempt of one tool call — a call run again after a
+crash or a lost claim — and differs for any other call: a tool whose side effect must happen
+once hands it to its own backend (an Idempotency-Key header, a unique column). See
+docs/TOOLS.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from behest.domain.executions import idempotency_key
+
+__all__ = ["ToolContext", "current_tool_context", "idempotency_key"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolContext:
+    """One execution of one tool call.
+
+    `execution_id` names this execution (a call run again gets a new one) and `attempt`
+    counts them from 1; `idempotency_key` is the call's, the same at every attempt.
+    `principal` is who created the run ("" when not known). `deadline` (UTC) is when the
+    tool's timeout ends; the registry sets it as the call starts.
+    """
+
+    execution_id: str
+    attempt: int
+    idempotency_key: str
+    run_id: str
+    session_id: str
+    tenant: str
+    principal: str
+    call_id: str
+    tool_name: str
+    deadline: datetime | None = None
+
+
+_current: ContextVar[ToolContext | None] = ContextVar("behest_tool_context", default=None)
+
+
+def current_tool_context() -> ToolContext | None:
+    """The context of the tool call being served (None outside one, or when none was given)."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def serving(context: ToolContext | None) -> Iterator[None]:
+    """`current_tool_context()` is `context` inside the block (tasks made in it copy it)."""
+    token = _current.set(context)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class Passing(Enum):
+    """How a tool takes its context: not at all, as its second argument, or as `context=`."""
+
+    NONE = "none"
+    POSITIONAL = "positional"
+    KEYWORD = "keyword"
+
+
+def passing(function: Callable[..., Any]) -> Passing:
+    """How `function` (a tool's bound `__call__`, or a FunctionTool's function) takes the
+    context: a parameter named `context` takes it by keyword; else a second positional
+    parameter without a default takes it positionally. `*args`, `**kwargs` and optional
+    parameters of other names do not ask for it (wrappers and old tools stay as they were).
+    """
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a builtin, say)
+        return Passing.NONE
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.name == "context" and p.kind in by_name for p in parameters[1:]):
+        return Passing.KEYWORD
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) >= 2 and positional[1].default is inspect.Parameter.empty:
+        return Passing.POSITIONAL
+    return Passing.NONE
+
+
+def call_with(
+    function: Callable[..., Any],
+    how: Passing,
+    arguments: dict[str, Any],
+    context: ToolContext | None,
+) -> Any:
+    """`function(arguments)`, with the context as `how` says."""
+    if how is Passing.KEYWORD:
+        return function(arguments, context=context)
+    if how is Passing.POSITIONAL:
+        return function(arguments, context)
+    return function(arguments)
