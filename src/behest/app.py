@@ -36,6 +36,7 @@ from behest.runs.operations import Operations
 from behest.runs.retention import Retention
 from behest.runs.sub_runs import SubRunLimits, SubRuns
 from behest.runs.waiting import WaitPolicy
+from behest.runs.worker_hub import HubSettings, WorkerHub
 from behest.store.sql.channel import Channel
 from behest.store.sql.sqlite_lock import sqlite_lock
 from behest.store.sql.store import SqlStore
@@ -85,6 +86,15 @@ class App:
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
+        self.workers = WorkerHub(
+            store=self.store,
+            node=self.node.name,
+            settings=HubSettings(
+                heartbeat_s=settings.worker_heartbeat_s,
+                poll_s=settings.worker_poll_s,
+                max_workers_per_tenant=settings.max_workers_per_tenant,
+            ),
+        )
         self.executor = self._executor(settings, compaction_settings)
         self.channel = self._channel(url)
         self.runs = Operations(
@@ -97,6 +107,8 @@ class App:
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
             reconciler_role=settings.auth.reconciler_role,
+            workers=self.workers,
+            worker_role=settings.auth.worker_role,
         )
         self._edges(settings)
         self.retention = Retention(
@@ -184,6 +196,7 @@ class App:
             compaction_settings=compaction,
             spend_limits=self._spend_limits,
             sub_runs=sub_runs,
+            workers=self.workers,
         )
         executor = Executor(
             store=self.store,
@@ -266,6 +279,8 @@ class App:
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
         if self._started:
             await self.server.stop_accepting()
+        # Workers reconnect to another replica, where their results are still taken.
+        await self.workers.stop()
         await self.retention.stop()
         await self.executor.stop(grace)
         # Streams end once their runs have; a short grace lets them send the last events.

@@ -13,11 +13,13 @@ from behest.domain.executions import ExecutionStatus, ToolExecution, Transition
 from behest.domain.messages import Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.waits import PendingCall, WaitKind
+from behest.domain.workers import Task
 from behest.errors import FailedPrecondition, NotFound, quote
 from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
 from behest.store.writes import (
     AppendMessage,
+    EnqueueTask,
     PutSnapshot,
     RecordExecution,
     ReleaseRun,
@@ -51,7 +53,26 @@ OWNED = {
     "idempotency_keys",
     "tool_executions",
     "tool_execution_transitions",
+    "worker_tasks",
 }
+
+
+def task(run: Run) -> Task:
+    """A worker's task of the run, queued."""
+    return Task(
+        execution_id=new_id(),
+        attempt=1,
+        run_id=run.id,
+        session_id=run.session_id,
+        tenant=run.tenant,
+        call_id="call-1",
+        tool_name="lookup_order",
+        arguments="{}",
+        idempotency_key="key",
+        created_at=at(),
+        schedule_deadline=at(60),
+        timeout_s=30.0,
+    )
 
 
 def execution(run: Run) -> RecordExecution:
@@ -107,6 +128,7 @@ async def full_run(
             PutSnapshot(snapshot(run)),
             RequestInput((pending(run),)),
             execution(run),
+            EnqueueTask(task(run)),
         ]
     )
     if status == RunStatus.WAITING_FOR_INPUT:

@@ -17,7 +17,7 @@ class ToolServicer:
     async def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListToolsResponse:
-        tools = self._runs.tools(current_caller())
+        tools = await self._runs.tools(current_caller())
         return pb.ListToolsResponse(tools=[convert_catalog.tool_info(t) for t in tools])
 
 

@@ -25,6 +25,7 @@ def tool_info(value: catalog.ToolInfo) -> pb_catalog.ToolInfo:
         idempotent=value.idempotent,
         requires_approval=value.requires_approval,
         timeout_s=value.timeout_s,
+        workers=value.workers,
     )
 
 

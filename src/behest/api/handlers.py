@@ -54,7 +54,13 @@ def generic_handler(
         response_cls = message_factory.GetMessageClass(method.output_type)
         fn = getattr(servicer, method.name)
         deserialize = _lenient(request_cls)
-        if method.server_streaming:
+        if method.client_streaming and method.server_streaming:
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                _guard_bidi(fn, admission),
+                request_deserializer=deserialize,
+                response_serializer=response_cls.SerializeToString,
+            )
+        elif method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 _guard_stream(fn, admission, method.name),
                 request_deserializer=deserialize,
@@ -128,6 +134,26 @@ def _guard_stream(
                         first = False
                         metrics.first_event.record(time.perf_counter() - began, attributes)
                     yield item
+
+    return handle
+
+
+def _guard_bidi(fn: Callable[..., AsyncIterator[Any]], admission: Admission) -> Callable[..., Any]:
+    """A stream both ways (a worker's): each message the caller sends decoded and bounded
+    like a request; its own limits (workers per tenant) instead of the stream slots."""
+
+    async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        tenant = current_caller().tenant
+
+        async def checked() -> AsyncIterator[Any]:
+            async for request in requests:
+                await _reject_undecodable(request, context)
+                admission.check_size(tenant, request)
+                yield request
+
+        async with _status_on_error(context):
+            async for item in fn(checked(), context):
+                yield item
 
     return handle
 

@@ -59,7 +59,9 @@ class Offer(Protocol):
         """Raise InvalidArgument unless the provider is configured and offers the model."""
         ...
 
-    def tool_names(self) -> list[str]: ...
+    def tool_names(self, tenant: str = "") -> list[str]:
+        """The tools a run of `tenant` may name."""
+        ...
 
     def has_prices(self, provider: str, model: str) -> bool:
         """Whether the model's prices are configured (a cost budget needs them)."""
@@ -74,7 +76,9 @@ class Offer(Protocol):
         ...
 
 
-def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offer) -> RunRequest:
+def run_request(
+    request: pb.CreateRunRequest, limits: RequestLimits, offer: Offer, *, tenant: str = ""
+) -> RunRequest:
     """Validate a CreateRunRequest into the domain's RunRequest, against what is offered."""
     provider = request.provider.value.strip()
     model = request.model.value.strip()
@@ -92,7 +96,7 @@ def run_request(request: pb.CreateRunRequest, limits: RequestLimits, offer: Offe
     tool_choice = request.tool_choice or ToolChoice.AUTO
     offer.check_model(provider, model)
     offer.check_content(provider, model, content)
-    known = offer.tool_names()
+    known = offer.tool_names(tenant)
     spawn = [SPAWN_TOOL] if request.allow_sub_agents else []
     waits = wait_options(request, [*known, *spawn], limits.max_wait_s)
     budget = run_budget(request.budget, limits.max_wait_s)

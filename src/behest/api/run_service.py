@@ -33,7 +33,9 @@ class RunServicer:
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateRunResponse:
         caller = current_caller()
-        run = run_request(request, self._admission.request_limits(caller.tenant), self._runs)
+        await self._runs.know_workers(caller)
+        limits = self._admission.request_limits(caller.tenant)
+        run = run_request(request, limits, self._runs, tenant=caller.tenant)
         self._admission.take_creation(caller.tenant)
         created = await self._runs.create(caller, run, traceparent=traceparent(context))
         return pb.CreateRunResponse(run_id=created.run.id, session_id=created.run.session_id)
@@ -42,7 +44,9 @@ class RunServicer:
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AgentEvent]:
         caller = current_caller()
-        run = run_request(request, self._admission.request_limits(caller.tenant), self._runs)
+        await self._runs.know_workers(caller)
+        limits = self._admission.request_limits(caller.tenant)
+        run = run_request(request, limits, self._runs, tenant=caller.tenant)
         self._admission.take_creation(caller.tenant)
         events = self._runs.create_and_follow(caller, run, traceparent=traceparent(context))
         async for event in events:

@@ -9,7 +9,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from behest._proto.agent.v1 import catalog_pb2, execution_pb2, run_pb2, session_pb2
+from behest._proto.agent.v1 import catalog_pb2, execution_pb2, run_pb2, session_pb2, worker_pb2
 from behest.api.admission import Admission
 from behest.api.auth import Authenticator, AuthInterceptor
 from behest.api.catalog_service import ProviderServicer, ToolServicer
@@ -20,6 +20,7 @@ from behest.api.run_service import RunServicer
 from behest.api.session_service import SessionServicer
 from behest.api.snapshot_service import SnapshotServicer
 from behest.api.usage_service import UsageServicer
+from behest.api.worker_service import WorkerServicer
 from behest.config import AuthSettings, TlsSettings
 from behest.runs.operations import Operations
 
@@ -32,6 +33,7 @@ SERVICES = (
     "agent.v1.ToolService",
     "agent.v1.ProviderService",
     "agent.v1.ToolExecutionService",
+    "agent.v1.WorkerService",
 )
 
 
@@ -71,6 +73,7 @@ class ApiServer:
             (catalog_pb2, "ToolService", ToolServicer(runs)),
             (catalog_pb2, "ProviderService", ProviderServicer(runs)),
             (execution_pb2, "ToolExecutionService", ToolExecutionServicer(runs)),
+            (worker_pb2, "WorkerService", WorkerServicer(runs)),
         ]
         for module, name, servicer in servicers:
             service = module.DESCRIPTOR.services_by_name[name]

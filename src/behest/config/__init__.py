@@ -154,6 +154,12 @@ class Settings(BaseSettings):
     # A run whose tool was cut by a stop and is not idempotent waits this long for the
     # execution to be reconciled (ReconcileToolExecution), then fails TOOL_OUTCOME_UNKNOWN.
     outcome_unknown_timeout_s: float = Field(default=86_400.0, gt=0)
+    # Workers (WorkerService): how often they send heartbeats (a task's lease lasts three),
+    # how often a replica looks for tasks and results other replicas wrote, and how many
+    # workers one tenant may have connected.
+    worker_heartbeat_s: float = Field(default=5.0, gt=0, le=3600)
+    worker_poll_s: float = Field(default=0.25, gt=0, le=60)
+    max_workers_per_tenant: int = Field(default=100, ge=1, le=100_000)
     max_wait_s: float = Field(default=30 * 86_400.0, gt=0)
     # Model providers besides `local`: the [providers.NAME] tables (providers/config.py),
     # their keys read once; as the adapters take them: `provider_configs`.

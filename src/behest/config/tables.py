@@ -61,6 +61,8 @@ class AuthSettings(BaseModel):
     approver_role: str = ""
     # Reconciling executions whose outcome is unknown needs this role (none: anyone may).
     reconciler_role: str = ""
+    # Serving tools as a worker (WorkerService) needs this role (none: any principal may).
+    worker_role: str = ""
     # With bearer tokens, scraping /metrics (metrics_listen) needs a caller with this role;
     # empty: any valid token. (mtls: a client certificate; none: open, on loopback.)
     metrics_role: str = "metrics"

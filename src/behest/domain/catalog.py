@@ -15,7 +15,7 @@ class ToolInfo:
     name: str
     description: str
     parameters_schema: dict[str, Any]
-    # "builtin", "plugin" or "mcp".
+    # "builtin", "plugin", "mcp" or "worker".
     source: str
     read_only: bool
     concurrency_safe: bool
@@ -23,6 +23,8 @@ class ToolInfo:
     requires_approval: bool
     # 0: no timeout of its own.
     timeout_s: float
+    # A worker tool: how many live workers serve it.
+    workers: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,8 @@ from behest.runs.compactor import Compactor
 from behest.runs.loop import AgentLoop, LoopLimits
 from behest.runs.sub_runs import SubRuns
 from behest.runs.summariser import Summariser
+from behest.runs.worker_hub import WorkerHub
+from behest.runs.worker_tools import with_workers
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
 
@@ -31,6 +33,7 @@ class LoopBuilder:
         compaction_settings: CompactionSettings,
         spend_limits: Callable[[str], TenantSpend] | None = None,
         sub_runs: SubRuns | None = None,
+        workers: WorkerHub | None = None,
     ) -> None:
         self._store = store
         self._providers = providers
@@ -39,6 +42,7 @@ class LoopBuilder:
         self._compaction_settings = compaction_settings
         self._spend_limits = spend_limits or (lambda tenant: TenantSpend())
         self._sub_runs = sub_runs
+        self._workers = workers
 
     async def loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:
         """The run's loop, with compaction as configured now (later updates: later runs).
@@ -49,13 +53,20 @@ class LoopBuilder:
             store=self._store,
             provider=self._providers.get(run.provider),
             provider_config=self._providers.config(run.provider),
-            tools=self._tools,
+            tools=await self._tools_of(run),
             limits=self._limits,
             compactor=await self._compactor(run, run_log),
             transcript=transcript,
             spend_limits=self._spend_limits(run.tenant),
             sub_runs=self._sub_runs,
+            workers=self._workers,
         )
+
+    async def _tools_of(self, run: Run) -> ToolRegistry:
+        """The server's tools, and those the run's tenant's live workers serve now."""
+        if self._workers is None:
+            return self._tools
+        return with_workers(self._tools, await self._workers.workers(run.tenant))
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
         config = await self._compaction_settings.get(run.tenant)

@@ -13,7 +13,7 @@ from behest.providers.config import ProviderConfig
 from behest.providers.local import KNOWN_MODELS as LOCAL_MODELS
 from behest.providers.registry import ProviderRegistry
 from behest.runs import sub_runs
-from behest.tools.registry import BUILTIN, ToolRegistry
+from behest.tools.registry import BUILTIN, WORKER, ToolRegistry
 
 SPAWN_NOTE = " Offered only to runs created with allow_sub_agents (and below the depth limit)."
 
@@ -36,6 +36,7 @@ def tools(registry: ToolRegistry) -> list[ToolInfo]:
                 idempotent=tool.idempotent,
                 requires_approval=registry.requires_approval(name),
                 timeout_s=tool.timeout_s,
+                workers=getattr(tool, "workers", 0) if registry.source(name) == WORKER else 0,
             )
         )
     if registry.get(sub_runs.SPAWN_TOOL) is None:

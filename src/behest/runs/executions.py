@@ -9,6 +9,7 @@ again reads the records it has (`load`), so attempts go on counting across resta
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -19,7 +20,7 @@ from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import Store
 from behest.store.writes import RecordExecution
 from behest.tools.base import ToolResult
-from behest.tools.registry import ToolRegistry
+from behest.tools.registry import WORKER, ToolRegistry
 
 # Why an execution cut by a stop is unknown, and what became of it.
 STOPPED = "behest stopped while it ran"
@@ -84,15 +85,45 @@ class RunExecutions:
         change = Transition(status=ended.status, at=now, actor=self._actor)
         return [RecordExecution(ended, change)]
 
-    def unknown(self, call: ToolCall) -> tuple[ToolExecution, RecordExecution]:
-        """The call's execution, cut by a stop, made OUTCOME_UNKNOWN (a record made for it
-        when the run began before execution records were kept)."""
+    def unknown(self, call: ToolCall, why: str = "") -> tuple[ToolExecution, RecordExecution]:
+        """The call's execution made OUTCOME_UNKNOWN, `why` (default: cut by a stop); a record
+        is made for it when the run began before execution records were kept."""
         now = datetime.now(UTC)
         execution = self._latest.get(call.id)
         if execution is None:
             execution, _ = self.begin(call)
-        why = f"{STOPPED}, and it is not idempotent: it is not run again until reconciled"
+        why = why or f"{STOPPED}, and it is not idempotent"
+        why += ": it is not run again until reconciled"
         return self._moved(execution, ExecutionStatus.OUTCOME_UNKNOWN, now, why)
+
+    def retried(self, call_id: str, why: str, *, unknown: bool) -> list[RecordExecution]:
+        """The call's execution ended, `why` (FAILED, or OUTCOME_UNKNOWN when nobody can tell
+        whether it ran): the call runs again."""
+        execution = self._latest.get(call_id)
+        if execution is None:
+            return []
+        status = ExecutionStatus.OUTCOME_UNKNOWN if unknown else ExecutionStatus.FAILED
+        return [self._moved(execution, status, datetime.now(UTC), why)[1]]
+
+    def cut(
+        self, calls: Sequence[ToolCall], cut: Collection[str]
+    ) -> tuple[dict[str, ToolExecution], list[ToolCall]]:
+        """Of `calls`, those a stop cut (ids in `cut`): the worker tasks to wait for again (by
+        call id; a worker may still hand the result in) and the calls whose outcome is now
+        unknown (not idempotent); the others simply run again."""
+        rejoin: dict[str, ToolExecution] = {}
+        unknown: list[ToolCall] = []
+        for call in calls:
+            if call.id not in cut:
+                continue
+            latest = self._latest.get(call.id)
+            if latest is not None and latest.source == WORKER and not latest.status.is_final:
+                if latest.status == ExecutionStatus.STARTED:
+                    rejoin[call.id] = latest
+                    continue
+            if not self.idempotent(call.name):
+                unknown.append(call)
+        return rejoin, unknown
 
     def _moved(
         self, execution: ToolExecution, status: ExecutionStatus, now: datetime, why: str

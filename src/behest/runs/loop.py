@@ -34,6 +34,8 @@ from behest.runs.sub_runs import SPAWN_TOOL, SubRuns
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.turn import Turn
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
+from behest.runs.worker_calls import WorkerCalls
+from behest.runs.worker_hub import WorkerHub
 from behest.store.base import Store
 from behest.store.writes import AppendMessage, SetRunOutput
 from behest.tools.base import ToolResult
@@ -79,8 +81,10 @@ class AgentLoop:
         transcript: list[Message] | None = None,
         spend_limits: TenantSpend | None = None,
         sub_runs: SubRuns | None = None,
+        workers: WorkerHub | None = None,
     ) -> None:
-        """`transcript`: the session's messages, when the caller knows them (a new session)."""
+        """`transcript`: the session's messages, when the caller knows them (a new session);
+        `workers`: this process's side of worker tools (runs/worker_hub.py)."""
         self._run = run
         self._log = log
         self._store = store
@@ -105,6 +109,7 @@ class AgentLoop:
             progress=self.progress,
             concurrency=limits.tool_concurrency,
             spawn=self._spawn if self._sub_runs is not None else None,
+            workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
         )
         self._doom_loop = DoomLoopDetector()
         self._budget = self._budget_of(spend_limits or TenantSpend())
@@ -185,6 +190,9 @@ class AgentLoop:
             if waiting is not None:
                 return waiting
             await self._tool_runner.run(turn.calls, await self._waits.results(turn.calls))
+            waiting = await self._held_unknown(turn.calls)
+            if waiting is not None:
+                return waiting
 
     async def _start(self) -> None:
         """Start a run created without its first step (CreateRun normally commits it)."""
@@ -271,12 +279,20 @@ class AgentLoop:
         mine = self.progress.mine()
         answered = {m.tool_call_id for m in mine if m.role == Role.TOOL}
         pending = [c for c in calls if c.id not in answered]
-        cut = snapshot.pending_tool_calls
-        unknown = [c for c in pending if c.id in cut and not self._executions.idempotent(c.name)]
+        rejoin, unknown = self._executions.cut(pending, snapshot.pending_tool_calls)
         if unknown:
             return await self._waits.hold_unknown(calls, unknown, self._executions)
-        await self._tool_runner.run(pending, await self._waits.results(pending, resumed=True))
-        return None
+        results = await self._waits.results(pending, resumed=True)
+        await self._tool_runner.run(pending, results, rejoin)
+        return await self._held_unknown(calls)
+
+    async def _held_unknown(self, calls: list[ToolCall]) -> Waiting | None:
+        """The run waits if a call's outcome became unknown as it ran (a worker lost)."""
+        whys, self._tool_runner.unknown = self._tool_runner.unknown, {}
+        if not whys:
+            return None
+        unknown = [c for c in calls if c.id in whys]
+        return await self._waits.hold_unknown(calls, unknown, self._executions, whys)
 
     async def _persist(self, turn: Turn) -> None:
         """The model's answer becomes the session's next message, with its usage."""

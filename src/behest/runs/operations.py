@@ -25,6 +25,7 @@ from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, TokenUsage, UsageReport
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
+from behest.domain.workers import WorkerHello
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, quote
 from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
@@ -32,6 +33,9 @@ from behest.runs import catalog
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
+from behest.runs.worker_hub import WorkerHub
+from behest.runs.worker_session import WorkerSession
+from behest.runs.worker_tools import with_workers
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
 
@@ -58,10 +62,15 @@ class Operations:
         cooldown_s: float,
         approver_role: str = "",
         reconciler_role: str = "",
+        workers: WorkerHub | None = None,
+        worker_role: str = "",
     ) -> None:
         self._store = store
         self._approver_role = approver_role
         self._reconciler_role = reconciler_role
+        self._workers = workers
+        self._worker_role = worker_role
+        self._worker_tools: dict[str, list[str]] = {}
         self._providers = providers
         self._tools = tools
         self._compaction_settings = compaction_settings
@@ -77,8 +86,9 @@ class Operations:
         """Raise InvalidArgument unless the provider is configured and offers the model."""
         self._providers.check(provider, model)
 
-    def tool_names(self) -> list[str]:
-        return self._tools.names()
+    def tool_names(self, tenant: str = "") -> list[str]:
+        """The tools a run of `tenant` may name (its workers' as last looked up)."""
+        return self._worker_tools.get(tenant) or self._tools.names()
 
     def has_prices(self, provider: str, model: str) -> bool:
         return self._providers.model_info(provider, model).prices is not None
@@ -250,8 +260,38 @@ class Operations:
 
     # --- what this server offers ---------------------------------------------------------
 
-    def tools(self, caller: Caller) -> list[ToolInfo]:
-        return catalog.tools(self._tools)
+    async def tools(self, caller: Caller) -> list[ToolInfo]:
+        """The tools the caller's runs may use: the server's and its tenant's workers'."""
+        return catalog.tools(await self._tools_of(caller.tenant))
+
+    async def _tools_of(self, tenant: str) -> ToolRegistry:
+        if self._workers is None:
+            return self._tools
+        return with_workers(self._tools, await self._workers.workers(tenant))
+
+    async def connect_worker(self, caller: Caller, hello: WorkerHello) -> WorkerSession:
+        """A worker's connection, registered (the worker role, when one is configured)."""
+        role = self._worker_role
+        if role and role not in caller.roles:
+            raise PermissionDenied(
+                f"serving tools as a worker needs the role {role!r}, which "
+                f"{caller.principal!r} lacks"
+            )
+        if self._workers is None:
+            raise FailedPrecondition("this server takes no workers")
+        worker = await self._workers.connect(
+            tenant=caller.tenant, name=hello.name, tools=hello.tools, max_tasks=hello.max_tasks
+        )
+        return WorkerSession(self._workers, worker)
+
+    @property
+    def worker_heartbeat_s(self) -> float:
+        return self._workers.settings.heartbeat_s if self._workers is not None else 0.0
+
+    async def know_workers(self, caller: Caller) -> None:
+        """Look up the caller's tenant's workers (at most once a poll), for tool_names."""
+        if self._workers is not None:
+            self._worker_tools[caller.tenant] = (await self._tools_of(caller.tenant)).names()
 
     def providers(self, caller: Caller) -> list[ProviderInfo]:
         return catalog.providers(self._providers)

@@ -28,10 +28,12 @@ from behest.observability.telemetry import current, mark_error, span
 from behest.runs.executions import RunExecutions
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
-from behest.store.writes import AppendMessage, RecordExecution
+from behest.runs.worker_calls import CallOutcome, Next, WorkerCalls
+from behest.runs.worker_tools import WorkerTool
+from behest.store.writes import AppendMessage, EnqueueTask, RecordExecution
 from behest.tools.base import ToolResult
 from behest.tools.context import ToolContext
-from behest.tools.registry import ToolRegistry
+from behest.tools.registry import WORKER, ToolRegistry
 
 
 class ToolRunner:
@@ -47,8 +49,14 @@ class ToolRunner:
         concurrency: int,
         executions: RunExecutions,
         spawn: Callable[[ToolCall], Awaitable[ToolResult]] | None = None,
+        workers: WorkerCalls | None = None,
     ) -> None:
-        """`spawn`: runs a `spawn_agent` call (runs/sub_runs.py), when the run may."""
+        """`spawn`: runs a `spawn_agent` call (runs/sub_runs.py), when the run may;
+        `workers`: worker tools' calls (runs/worker_calls.py), when workers may serve."""
+        self._workers = workers
+        # Calls whose outcome is unknown (why), and executions a run taken up again rejoins.
+        self.unknown: dict[str, str] = {}
+        self._rejoin: dict[str, ToolExecution] = {}
         self._log = log
         self._executions = executions
         self._tools = tools
@@ -59,9 +67,16 @@ class ToolRunner:
         self._spawn = spawn
         self._telemetry = current()
 
-    async def run(self, calls: list[ToolCall], answered: Mapping[str, ToolResult]) -> None:
+    async def run(
+        self,
+        calls: list[ToolCall],
+        answered: Mapping[str, ToolResult],
+        rejoin: Mapping[str, ToolExecution] | None = None,
+    ) -> None:
         """Run a turn's calls: consecutive concurrency-safe ones together, others in order;
-        those `answered` (by call id) are recorded with that result instead of running."""
+        those `answered` (by call id) are recorded with that result instead of running, those
+        to `rejoin` wait for their execution's task (a worker's) instead of starting anew."""
+        self._rejoin = dict(rejoin or {})
         first = self._progress.reserve(len(calls))
         self._positions = {call.id: first + i for i, call in enumerate(calls)}
         parallel: list[ToolCall] = []
@@ -109,29 +124,80 @@ class ToolRunner:
             raise _first(group) from None
 
     async def _execute(self, call: ToolCall) -> None:
+        """Run one call to its result; a worker tool's as many attempts as it takes, or
+        none more once its outcome is unknown (`unknown`: the run then waits)."""
         progress = self._progress
         progress.executing.add(call.id)
+        execution = self._rejoin.pop(call.id, None)
+        rejoined = execution is not None
+        while True:
+            if execution is None:
+                execution = await self._start(call)
+            began = time.monotonic()
+            with span("behest.tool", self._attributes(call)) as tool_span:
+                outcome = await self._outcome(call, execution, rejoined)
+                if outcome.next == Next.RETRY:
+                    retried = self._executions.retried(call.id, outcome.why, unknown=outcome.lost)
+                    await self._log.emit(state=retried)
+                    execution, rejoined = None, False
+                    continue
+                if outcome.next == Next.UNKNOWN or outcome.result is None:
+                    self.unknown[call.id] = outcome.why
+                    return
+                result = outcome.result
+                seconds = time.monotonic() - began
+                self._traced(call, result, seconds, tool_span)
+                progress.executing.discard(call.id)
+                finished = ev.ToolExecutionFinished(
+                    call.id, call.name, int(seconds * 1000), result.is_error
+                )
+                ended = self._executions.end(call.id, result)
+                await self._record(call, result, finished, ended=ended)
+                return
+
+    async def _start(self, call: ToolCall) -> ToolExecution:
+        """A new execution of the call, durable (with its task, for a worker tool) before
+        the tool runs: a tool may have side effects."""
+        progress = self._progress
         execution, record = self._executions.begin(call)
+        queued = []
+        tool = self._worker_tool(call)
+        if tool is not None and self._workers is not None:
+            _, problem = self._tools.arguments_of(call)
+            if not problem:
+                queued = [EnqueueTask(self._workers.task(execution, tool, call.arguments))]
         started = await self._log.emit(
             ev.ToolExecutionStarted(call.id, call.name, execution.id, execution.attempt),
-            state=[*record, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
+            state=[*record, *queued, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
         )
-        # A tool may have side effects: it runs only once its start is durable.
         await asyncio.shield(started)
-        began = time.monotonic()
-        with span("behest.tool", self._attributes(call)) as tool_span:
-            if call.name == SPAWN_TOOL and self._spawn is not None:
-                result = await self._spawn(call)
-            elif call.name in self._offered or self._tools.get(call.name) is None:
-                result = await self._tools.execute(call, tool_context(progress.run, execution))
-            else:
-                result = ToolResult(f"tool {call.name!r} is not available in this run", True)
-            seconds = time.monotonic() - began
-            duration_ms = int(seconds * 1000)
-            self._traced(call, result, seconds, tool_span)
-            progress.executing.discard(call.id)
-            finished = ev.ToolExecutionFinished(call.id, call.name, duration_ms, result.is_error)
-            await self._record(call, result, finished, ended=self._executions.end(call.id, result))
+        if queued and self._workers is not None:
+            await self._workers.hub.enqueued(progress.run.tenant)
+        return execution
+
+    async def _outcome(
+        self, call: ToolCall, execution: ToolExecution, rejoined: bool
+    ) -> CallOutcome:
+        """What the call's execution came to."""
+        progress = self._progress
+        tool = self._worker_tool(call)
+        if self._workers is not None and (tool is not None or execution.source == WORKER):
+            _, problem = self._tools.arguments_of(call) if tool is not None else ({}, "")
+            if problem:
+                return CallOutcome(Next.RESULT, ToolResult(problem, is_error=True))
+            return await self._workers.outcome(execution, tool, rejoined=rejoined)
+        if call.name == SPAWN_TOOL and self._spawn is not None:
+            result = await self._spawn(call)
+        elif call.name in self._offered or self._tools.get(call.name) is None:
+            result = await self._tools.execute(call, tool_context(progress.run, execution))
+        else:
+            result = ToolResult(f"tool {call.name!r} is not available in this run", True)
+        return CallOutcome(Next.RESULT, result)
+
+    def _worker_tool(self, call: ToolCall) -> WorkerTool | None:
+        tool = self._tools.get(call.name)
+        offered = call.name in self._offered
+        return tool if isinstance(tool, WorkerTool) and offered else None
 
     def _attributes(self, call: ToolCall) -> dict[str, str]:
         """A tool span's attributes (GenAI semantic conventions); arguments only with

@@ -12,7 +12,7 @@ how each call was resolved, and every call gets its result in the order the mode
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -125,17 +125,21 @@ class Waits:
         return Waiting(tuple(p.call_id for p in pending), min(p.expires_at for p in pending))
 
     async def hold_unknown(
-        self, calls: Sequence[ToolCall], unknown: Sequence[ToolCall], executions: RunExecutions
+        self,
+        calls: Sequence[ToolCall],
+        unknown: Sequence[ToolCall],
+        executions: RunExecutions,
+        whys: Mapping[str, str] | None = None,
     ) -> Waiting:
         """Pause the run until each of `unknown` (calls of the turn `calls` that were
-        executing when behest stopped, not idempotent) is reconciled: their executions
-        OUTCOME_UNKNOWN, one step durable before this returns."""
+        executing when behest stopped, or whose worker vanished, not idempotent: `whys` by
+        call id) is reconciled: their executions OUTCOME_UNKNOWN, one step durable first."""
         now = datetime.now(UTC)
         expires = now + timedelta(seconds=self._policy.outcome_unknown_timeout_s)
         ordinals = {call.id: i for i, call in enumerate(calls)}
         pending, notices, records = [], [], []
         for call in unknown:
-            execution, record = executions.unknown(call)
+            execution, record = executions.unknown(call, (whys or {}).get(call.id, ""))
             self._progress.executing.discard(call.id)
             kind, ordinal = WaitKind.OUTCOME_UNKNOWN, ordinals[call.id]
             pending.append(self._pending(call, kind, ordinal, now, expires, execution.id))

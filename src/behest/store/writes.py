@@ -13,6 +13,7 @@ from behest.domain.runs import CreatedRun, FinishReason, Run, RunRequest, RunSta
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, Money, TokenUsage
 from behest.domain.waits import PendingCall
+from behest.domain.workers import Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,13 @@ class RecordExecution:
 
 
 @dataclass(frozen=True, slots=True)
+class EnqueueTask:
+    """A worker tool's call queued for a worker, with the step that starts its execution."""
+
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
 class Fence:
     """The step holding this write is the run's only under the claim `generation`: checked in
     the step's own transaction, so the step of a node that lost the run writes nothing."""
@@ -142,6 +150,7 @@ Write = (
     | ReleaseRun
     | ExpireCalls
     | RecordExecution
+    | EnqueueTask
     | Fence
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
 import json
@@ -25,7 +26,7 @@ MAX_ARGUMENT_BYTES = 1024 * 1024
 # Argument validators kept, one per schema (the registry's tools, client tools, spawn_agent).
 VALIDATORS_KEPT = 1024
 # Where a tool came from (ToolRegistry.source).
-BUILTIN, PLUGIN, MCP = "builtin", "plugin", "mcp"
+BUILTIN, PLUGIN, MCP, WORKER = "builtin", "plugin", "mcp", "worker"
 
 
 class ToolRegistry:
@@ -66,6 +67,23 @@ class ToolRegistry:
         self._sources[tool.name] = source
         self._schema_keys[tool.name] = _key(tool.parameters_schema)
         self._passing[tool.name] = passing(tool.__call__)
+
+    def with_tools(self, tools: Iterable[Tool], *, source: str) -> ToolRegistry:
+        """This registry's tools and `tools` (from `source`) beside them, as a new registry:
+        a run's view with its tenant's worker tools. A name this one has is left out."""
+        view = copy.copy(self)
+        view._tools, view._sources = dict(self._tools), dict(self._sources)
+        view._schema_keys, view._passing = dict(self._schema_keys), dict(self._passing)
+        for tool in tools:
+            if tool.name not in self._tools:
+                view.add(tool, source=source)
+        return view
+
+    def arguments_of(self, call: ToolCall) -> tuple[dict[str, Any], str]:
+        """A registered tool's call arguments, checked against its schema; or why not."""
+        if call.name not in self._tools:
+            return {}, f"tool {call.name!r} not found"
+        return self._arguments(call)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -122,6 +140,16 @@ class ToolRegistry:
         """A call's arguments parsed (bounded) and checked against `schema` — a registered
         tool's, a client tool's, spawn_agent's — whose validator is made once (one cache)."""
         return _check(call, _validator(_key(schema)))
+
+    @staticmethod
+    def check_value(what: str, value: Any, schema: dict[str, Any]) -> str:
+        """Why `value` does not fit `schema` ("" when it does): a worker tool's output against
+        its output schema, with the one validator cache."""
+        errors = sorted(_validator(_key(schema)).iter_errors(value), key=str)
+        if not errors:
+            return ""
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        return f"{what} does not match its output schema at {where}: {errors[0].message}"
 
     def requires_approval(self, name: str) -> bool:
         """Whether every call of the tool needs an approval: its definition or the settings

@@ -133,6 +133,8 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         conn.execute(sa.delete(transitions).where(transitions.c.run_id.in_(chunk)))
         executions = t.tool_executions
         conn.execute(sa.delete(executions).where(executions.c.run_id.in_(chunk)))
+        tasks = t.worker_tasks
+        conn.execute(sa.delete(tasks).where(tasks.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
         _delete_messages(conn, t.messages.c.run_id.in_(chunk))
         deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)

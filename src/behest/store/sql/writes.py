@@ -16,13 +16,14 @@ from behest.domain.events import Event
 from behest.domain.runs import RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.waits import WaitKind
-from behest.store.sql import channel_payloads, executions, rows
+from behest.store.sql import channel_payloads, executions, rows, workers
 from behest.store.sql import tables as t
 from behest.store.writes import (
     AppendEvent,
     AppendMessage,
     ClearToolResults,
     DeleteSnapshot,
+    EnqueueTask,
     ExpireCalls,
     Fence,
     PutSnapshot,
@@ -81,6 +82,7 @@ _END_SESSIONS_RUNS = (
     .values(active_run_id=None, updated_at=sa.bindparam("b_now"))
 )
 _INSERT_PENDING_CALLS = sa.insert(t.pending_calls)
+_INSERT_TASKS = sa.insert(t.worker_tasks)
 _RELEASE_RUNS = (
     sa.update(t.runs)
     .where(t.runs.c.id == sa.bindparam("b_id"))
@@ -117,6 +119,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     outputs: list[dict[str, Any]] = []
     reconciling: list[dict[str, Any]] = []  # calls now waiting for a reconciliation
     records: list[RecordExecution] = []
+    tasks: list[dict[str, Any]] = []
     for write in writes:
         match write:
             case AppendEvent(event):
@@ -145,6 +148,8 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
                     (reconciling if unknown else calls).append(rows.pending_call_to_row(call))
             case RecordExecution():
                 records.append(write)
+            case EnqueueTask(task):
+                tasks.append(workers.task_to_row(task))
             case ReleaseRun(run_id):
                 releases.append({"b_id": run_id})
             case ExpireCalls():
@@ -165,6 +170,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     # is replaced, after the runs' rows are locked (as submit_answers locks them).
     replace_calls(conn, reconciling)
     executions.apply_records(conn, records)
+    _execute(conn, _INSERT_TASKS, tasks)
     put_snapshots(conn, snapshots)
 
 

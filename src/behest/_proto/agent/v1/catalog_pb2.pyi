@@ -32,13 +32,16 @@ class ToolInfo(_message.Message):
     IDEMPOTENT_FIELD_NUMBER: _builtins.int
     REQUIRES_APPROVAL_FIELD_NUMBER: _builtins.int
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
     source: _builtins.str
-    """"builtin", "plugin" or "mcp"."""
+    """"builtin", "plugin", "mcp" or (added in behest 0.9) "worker"."""
     read_only: _builtins.bool
     concurrency_safe: _builtins.bool
     idempotent: _builtins.bool
     requires_approval: _builtins.bool
     timeout_s: _builtins.float
+    workers: _builtins.int
+    """Added in behest 0.9: with source "worker", how many live workers serve it."""
     @_builtins.property
     def spec(self) -> _common_pb2.ToolSpec: ...
     def __init__(
@@ -51,10 +54,11 @@ class ToolInfo(_message.Message):
         idempotent: _builtins.bool = ...,
         requires_approval: _builtins.bool = ...,
         timeout_s: _builtins.float = ...,
+        workers: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "idempotent", b"idempotent", "read_only", b"read_only", "requires_approval", b"requires_approval", "source", b"source", "spec", b"spec", "timeout_s", b"timeout_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "idempotent", b"idempotent", "read_only", b"read_only", "requires_approval", b"requires_approval", "source", b"source", "spec", b"spec", "timeout_s", b"timeout_s", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

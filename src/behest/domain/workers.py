@@ -1,0 +1,120 @@
+"""Workers: processes outside behest that serve tools (agent.v1.WorkerService), and the
+durable tasks they run.
+
+A worker connects (to any replica), declares its tools and receives tasks: one per
+execution of a worker tool's call (domain/executions.py), written with the run's step that
+starts it. A task is QUEUED until a worker of the run's tenant that serves the tool takes it
+(LEASED: the lease renewed by the worker's heartbeats), and DONE once one result of its attempt
+is accepted, or once behest gave up on it (no worker took it in time: `expired`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# Defaults of a worker tool's declaration (0 in WorkerToolSpec).
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_SCHEDULE_TIMEOUT_S = 60.0
+
+
+class TaskState(enum.IntEnum):
+    QUEUED = 1
+    LEASED = 2
+    DONE = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerToolSpec:
+    """A tool as a worker declares it (checked: api/worker_hello.py)."""
+
+    name: str
+    description: str
+    parameters_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    idempotent: bool = False
+    read_only: bool = False
+    concurrency_safe: bool = False
+    requires_approval: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    schedule_timeout_s: float = DEFAULT_SCHEDULE_TIMEOUT_S
+    max_attempts: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHello:
+    """What a worker says as it connects (checked)."""
+
+    name: str
+    tools: tuple[WorkerToolSpec, ...]
+    max_tasks: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRecord:
+    """A worker's connection, as stored: who, where, what it serves."""
+
+    id: str
+    tenant: str
+    name: str
+    node: str
+    tools: tuple[WorkerToolSpec, ...]
+    max_tasks: int
+    connected_at: datetime
+    seen_at: datetime
+
+    @property
+    def actor(self) -> str:
+        """How execution records name it."""
+        return f"worker {self.id} ({self.name})" if self.name else f"worker {self.id}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """One execution of a worker tool's call, for a worker to run."""
+
+    execution_id: str
+    attempt: int
+    run_id: str
+    session_id: str
+    tenant: str
+    call_id: str
+    tool_name: str
+    arguments: str
+    idempotency_key: str
+    created_at: datetime
+    # When a worker must have taken it, and how long it may then run.
+    schedule_deadline: datetime
+    timeout_s: float
+    state: TaskState = TaskState.QUEUED
+    worker_id: str = ""
+    worker_name: str = ""  # a reconnection of the same worker takes its leased tasks over
+    lease_until: datetime | None = None
+    deadline: datetime | None = None  # start to close, set when leased
+    output: str = ""
+    is_error: bool = False
+    retryable: bool = False
+    # DONE without a result: no worker took it before schedule_deadline.
+    expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """A worker's outcome of one attempt of a task."""
+
+    execution_id: str
+    attempt: int
+    output: str
+    is_error: bool = False
+    retryable: bool = False
+
+
+class ResultRefused(enum.Enum):
+    """Why a worker's result was not taken (nothing changed)."""
+
+    UNKNOWN = "no such task"
+    STALE = "the result is of another attempt"
+    TWICE = "the task already has its result"
+    NOT_YOURS = "the task is not leased to this worker (its lease was lost)"

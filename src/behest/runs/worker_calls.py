@@ -1,0 +1,103 @@
+"""A run's calls of worker tools: each execution's task, queued with the step that starts it,
+and what its outcome means for the call.
+
+- A result: the model's, unless it is an error the worker marked retryable and the tool's
+  max_attempts allows another attempt (after a backoff).
+- No worker took it before the tool's schedule-to-start timeout: an error result saying that
+  no worker serves the tool.
+- Its worker vanished (the lease lapsed): an idempotent tool runs again (the next attempt, the
+  same idempotency key, any worker); another's outcome is unknown (the run waits for it to be
+  reconciled: runs/waiting.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from behest.backoff import backoff_s
+from behest.domain.executions import ToolExecution
+from behest.domain.runs import Run
+from behest.domain.workers import Task
+from behest.runs.worker_hub import Ending, WorkerHub
+from behest.runs.worker_tools import WorkerTool
+from behest.tools.base import ToolResult
+from behest.tools.output import truncate
+
+# How often a call of an idempotent tool is run again after its worker vanished.
+MAX_LOST_ATTEMPTS = 5
+# The backoff between attempts of a retryable error.
+RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.5, 10.0
+
+
+class Next(enum.Enum):
+    RESULT = "result"  # the call's result
+    RETRY = "retry"  # run the call again: a new execution
+    UNKNOWN = "unknown"  # its outcome is unknown: the run waits for a reconciliation
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    next: Next
+    result: ToolResult | None = None
+    why: str = ""  # what ended the execution, for its record
+    lost: bool = False  # its worker vanished: nobody can tell whether it ran
+
+
+class WorkerCalls:
+    """The worker side of one run's tool calls."""
+
+    def __init__(self, *, run: Run, hub: WorkerHub) -> None:
+        self._run = run
+        self.hub = hub
+
+    def task(self, execution: ToolExecution, tool: WorkerTool, arguments: str) -> Task:
+        """The task of `execution`, to queue with the step that starts it."""
+        now = datetime.now(UTC)
+        return Task(
+            execution_id=execution.id,
+            attempt=execution.attempt,
+            run_id=self._run.id,
+            session_id=self._run.session_id,
+            tenant=self._run.tenant,
+            call_id=execution.call_id,
+            tool_name=execution.tool_name,
+            arguments=arguments,
+            idempotency_key=execution.idempotency_key,
+            created_at=now,
+            schedule_deadline=now + timedelta(seconds=tool.spec.schedule_timeout_s),
+            timeout_s=tool.spec.timeout_s,
+        )
+
+    async def outcome(
+        self, execution: ToolExecution, tool: WorkerTool | None, *, rejoined: bool = False
+    ) -> CallOutcome:
+        """Wait for the execution's task, and say what comes next. `tool` None: its workers
+        are gone since (a run taken up again), the task's own bounds still hold."""
+        outcome = await self.hub.outcome(execution.id, rejoined=rejoined)
+        task = outcome.task
+        idempotent = execution.idempotent
+        if outcome.ending == Ending.LOST:
+            why = f"its worker vanished (no heartbeat for {self.hub.settings.lease_s:g} s)"
+            if idempotent and execution.attempt < MAX_LOST_ATTEMPTS:
+                return CallOutcome(Next.RETRY, why=f"{why}; it is idempotent: run again", lost=True)
+            if idempotent:
+                text = f"tool {execution.tool_name!r} was run {execution.attempt} times; {why}"
+                return CallOutcome(Next.RESULT, ToolResult(text, is_error=True), why)
+            return CallOutcome(Next.UNKNOWN, why=f"{why}, and it is not idempotent", lost=True)
+        if task.expired:
+            text = (
+                f"no worker serves tool {execution.tool_name!r}: none took the call within "
+                f"{(task.schedule_deadline - task.created_at).total_seconds():g} s"
+            )
+            return CallOutcome(Next.RESULT, ToolResult(text, is_error=True), "no worker took it")
+        attempts = tool.spec.max_attempts if tool is not None else 1
+        if task.is_error and task.retryable and execution.attempt < attempts:
+            wait = backoff_s(
+                execution.attempt, initial_s=RETRY_BACKOFF_S, max_s=RETRY_BACKOFF_MAX_S
+            )
+            await asyncio.sleep(wait)
+            return CallOutcome(Next.RETRY, why="a retryable error; tried again")
+        return CallOutcome(Next.RESULT, ToolResult(truncate(task.output), task.is_error))

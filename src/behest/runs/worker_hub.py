@@ -1,0 +1,208 @@
+"""Workers in this process: the connections of workers (to this replica) and the runs' side of
+their tasks (executing here), over the store that every replica shares.
+
+A connection registers (taking over the leased tasks of the same worker's earlier connection
+that is gone), takes queued tasks of its tenant that it serves while it has room, renews its
+leases with heartbeats, and hands in results (store: fenced by attempt and lease). A run waits
+for its task's outcome: done (a result, or given up), its worker lost (the lease lapsed), no
+worker in time (schedule to start), or out of time (start to close). Enqueued tasks and taken
+results wake the waiters of this process at once; those of other replicas see them at their
+next look (every `poll_s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from behest.domain.workers import (
+    ResultRefused,
+    Task,
+    TaskResult,
+    TaskState,
+    WorkerRecord,
+    WorkerToolSpec,
+)
+from behest.errors import ResourceExhausted
+from behest.store.base import Store
+
+# A lease lasts this many heartbeat intervals.
+LEASE_INTERVALS = 3
+# A task past its start-to-close deadline gets this long for its result to land.
+DEADLINE_GRACE_S = 1.0
+
+
+class Ending(enum.Enum):
+    DONE = "done"  # the task has its result (or was given up: `expired`, `timed out`)
+    LOST = "lost"  # its worker vanished: the lease lapsed
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    ending: Ending
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class HubSettings:
+    heartbeat_s: float = 5.0
+    poll_s: float = 0.25
+    max_workers_per_tenant: int = 100
+
+    @property
+    def lease_s(self) -> float:
+        return self.heartbeat_s * LEASE_INTERVALS
+
+
+class WorkerHub:
+    """The workers connected here, and the runs here that wait for workers' results."""
+
+    def __init__(self, *, store: Store, node: str, settings: HubSettings) -> None:
+        self._store = store
+        self._node = node
+        self.settings = settings
+        self._queued: dict[str, asyncio.Condition] = collections.defaultdict(asyncio.Condition)
+        self._results: dict[str, asyncio.Event] = {}
+        self._directory: dict[str, tuple[float, list[WorkerRecord]]] = {}
+        self.stopping = asyncio.Event()  # set: this replica stops; its workers go elsewhere
+
+    async def stop(self) -> None:
+        """End the streams of the workers connected here (they reconnect elsewhere)."""
+        self.stopping.set()
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def connect(
+        self, *, tenant: str, name: str, tools: Sequence[WorkerToolSpec], max_tasks: int
+    ) -> WorkerRecord:
+        """Register a worker's connection (ResourceExhausted past the tenant's limit)."""
+        now = _now()
+        live = await self.workers(tenant, fresh=True)
+        if len(live) >= self.settings.max_workers_per_tenant:
+            raise ResourceExhausted(
+                f"tenant {tenant!r} has {len(live)} workers connected, the most it may have"
+            )
+        worker = WorkerRecord(
+            id=str(uuid.uuid4()),
+            tenant=tenant,
+            name=name,
+            node=self._node,
+            tools=tuple(tools),
+            max_tasks=max_tasks,
+            connected_at=now,
+            seen_at=now,
+        )
+        stale = now - timedelta(seconds=self.settings.lease_s)
+        await self._store.register_worker(worker, stale_before=stale)
+        self._directory.pop(tenant, None)
+        return worker
+
+    async def disconnect(self, worker: WorkerRecord) -> None:
+        await self._store.unregister_worker(worker.id)
+        self._directory.pop(worker.tenant, None)
+
+    async def heartbeat(self, worker: WorkerRecord) -> None:
+        now = _now()
+        until = now + timedelta(seconds=self.settings.lease_s)
+        await self._store.worker_heartbeat(worker.id, now=now, lease_until=until)
+
+    async def next_task(self, worker: WorkerRecord) -> Task:
+        """The next task the worker takes (waits until there is one)."""
+        names = [spec.name for spec in worker.tools]
+        queued = self._queued[worker.tenant]
+        while True:
+            task = await self._store.claim_task(
+                worker, names, now=_now(), lease_s=self.settings.lease_s
+            )
+            if task is not None:
+                return task
+            async with queued:
+                try:
+                    await asyncio.wait_for(queued.wait(), self.settings.poll_s)
+                except TimeoutError:
+                    pass
+
+    async def release(self, worker: WorkerRecord, execution_id: str) -> None:
+        """A task the worker took but was never sent (its stream ended): queued again."""
+        await self._store.release_task(execution_id, worker_id=worker.id)
+
+    async def hand_in(self, worker: WorkerRecord, result: TaskResult) -> ResultRefused | None:
+        """A worker's result of a task it holds: taken (None), or why not."""
+        refused = await self._store.complete_task(worker.id, result, now=_now())
+        if refused is None:
+            waiting = self._results.get(result.execution_id)
+            if waiting is not None:
+                waiting.set()
+        return refused
+
+    async def workers(self, tenant: str, *, fresh: bool = False) -> list[WorkerRecord]:
+        """The tenant's live workers on every replica (looked up at most once a poll)."""
+        cached = self._directory.get(tenant)
+        if cached is not None and not fresh and cached[0] > time.monotonic():
+            return cached[1]
+        since = _now() - timedelta(seconds=self.settings.lease_s)
+        found = await self._store.live_workers(tenant=tenant, since=since)
+        self._directory[tenant] = (time.monotonic() + self.settings.poll_s, found)
+        return found
+
+    # --- the runs' side -------------------------------------------------------------------
+
+    async def enqueued(self, tenant: str) -> None:
+        """A run here queued a task (its step is durable): wake this tenant's workers here."""
+        queued = self._queued[tenant]
+        async with queued:
+            queued.notify_all()
+
+    async def outcome(self, execution_id: str, *, rejoined: bool = False) -> TaskOutcome:
+        """Wait for the task's outcome. `rejoined`: a run taken up again, whose worker gets
+        one more lease to reconnect and hand its result in."""
+        event = self._results.setdefault(execution_id, asyncio.Event())
+        try:
+            if rejoined:
+                until = _now() + timedelta(seconds=self.settings.lease_s)
+                await self._store.rejoin_task(execution_id, lease_until=until)
+            while True:
+                found = await self._look(execution_id)
+                if found is not None:
+                    return found
+                try:
+                    await asyncio.wait_for(event.wait(), self.settings.poll_s)
+                except TimeoutError:
+                    pass
+                event.clear()
+        finally:
+            self._results.pop(execution_id, None)
+
+    async def _look(self, execution_id: str) -> TaskOutcome | None:
+        task = await self._store.worker_task(execution_id)
+        now = _now()
+        if task is None:
+            raise LookupError(f"task of execution {execution_id} not found")
+        if task.state == TaskState.DONE:
+            return TaskOutcome(Ending.DONE, task)
+        if task.state == TaskState.QUEUED and now >= task.schedule_deadline:
+            why = "no worker serving it took the call in time"
+            if await self._store.give_up_task(execution_id, TaskState.QUEUED, why):
+                return TaskOutcome(Ending.DONE, replace(task, state=TaskState.DONE, expired=True))
+        if task.state == TaskState.LEASED:
+            if task.lease_until is not None and task.lease_until < now:
+                return TaskOutcome(Ending.LOST, task)
+            late = task.deadline is not None and now > task.deadline + _GRACE
+            why = f"the worker did not answer within {task.timeout_s:g} s"
+            if late and await self._store.give_up_task(execution_id, TaskState.LEASED, why):
+                done = replace(task, state=TaskState.DONE, is_error=True, output=why)
+                return TaskOutcome(Ending.DONE, done)
+        return None
+
+
+_GRACE = timedelta(seconds=DEADLINE_GRACE_S)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

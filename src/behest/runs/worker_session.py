@@ -1,0 +1,143 @@
+"""One worker's connection, served: tasks sent while it has room, heartbeats, results handed
+in and acknowledged, until the worker hangs up or this replica stops.
+
+The edge (api/worker_service.py) gives the worker's messages as WorkerHeartbeat and
+TaskResult and sends back what this
+yields: Task (to run) and ResultAck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+from behest import bounded_json
+from behest.domain.workers import Task, TaskResult, WorkerRecord
+from behest.errors import Unavailable
+from behest.runs.worker_hub import WorkerHub
+from behest.tools.registry import ToolRegistry
+
+# The most a task's output may be (a larger one is refused: the worker may send another).
+MAX_OUTPUT_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHeartbeat:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ResultAck:
+    execution_id: str
+    attempt: int
+    accepted: bool
+    reason: str = ""
+
+
+_END = object()
+
+
+class WorkerSession:
+    """Serves one connected worker."""
+
+    def __init__(self, hub: WorkerHub, worker: WorkerRecord) -> None:
+        self._hub = hub
+        self.worker = worker
+        self._room = asyncio.Semaphore(worker.max_tasks)
+        self._in_hand: dict[str, str] = {}  # execution id → tool name, of tasks sent
+        self._specs = {spec.name: spec for spec in worker.tools}
+
+    async def serve(
+        self, incoming: AsyncIterator[WorkerHeartbeat | TaskResult]
+    ) -> AsyncIterator[Task | ResultAck]:
+        """What to send the worker, as its messages come in; ends when it hangs up.
+        Raises Unavailable when this replica stops."""
+        out: asyncio.Queue[object] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(incoming, out))
+        dispatcher = asyncio.create_task(self._dispatch(out))
+        stop = asyncio.create_task(self._hub.stopping.wait())
+        unsent: Task | None = None
+        try:
+            while True:
+                getting = asyncio.create_task(out.get())
+                done, _ = await asyncio.wait(
+                    {getting, reader, stop}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if getting not in done:
+                    getting.cancel()
+                if stop in done:
+                    raise Unavailable("behest is stopping here: reconnect (to another replica)")
+                if reader in done and getting not in done:
+                    reader.result()  # the worker's message that was refused, or its hang-up
+                    return
+                item = getting.result()
+                if item is _END:
+                    return
+                assert isinstance(item, Task | ResultAck)
+                unsent = item if isinstance(item, Task) else None
+                yield item
+                unsent = None
+        finally:
+            for task in (reader, dispatcher, stop):
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(reader, dispatcher, stop, return_exceptions=True)
+            await self._end(out, unsent)
+
+    async def _end(self, out: asyncio.Queue[object], unsent: Task | None) -> None:
+        """Queue again the tasks taken but never sent; the connection is gone."""
+        pending = [unsent] if unsent is not None else []
+        while not out.empty():
+            item = out.get_nowait()
+            if isinstance(item, Task):
+                pending.append(item)
+        for task in pending:
+            await self._hub.release(self.worker, task.execution_id)
+        await self._hub.disconnect(self.worker)
+
+    async def _read(
+        self, incoming: AsyncIterator[WorkerHeartbeat | TaskResult], out: asyncio.Queue[object]
+    ) -> None:
+        async for message in incoming:
+            await self._hub.heartbeat(self.worker)
+            if isinstance(message, TaskResult):
+                await out.put(await self._hand_in(message))
+        await out.put(_END)
+
+    async def _dispatch(self, out: asyncio.Queue[object]) -> None:
+        while True:
+            await self._room.acquire()
+            task = await self._hub.next_task(self.worker)
+            self._in_hand[task.execution_id] = task.tool_name
+            await out.put(task)
+
+    async def _hand_in(self, result: TaskResult) -> ResultAck:
+        """A result, checked (size, the tool's output schema) and handed in."""
+        ack = ResultAck(result.execution_id, result.attempt, accepted=True)
+        if len(result.output.encode("utf-8", "surrogatepass")) > MAX_OUTPUT_BYTES:
+            why = f"the output is over {MAX_OUTPUT_BYTES} bytes: send a shorter one, or an error"
+            return replace(ack, accepted=False, reason=why)
+        problem = self._off_schema(result, self._in_hand.get(result.execution_id, ""))
+        if problem:
+            result = replace(result, output=problem, is_error=True, retryable=False)
+            ack = replace(ack, reason=f"taken as an error: {problem}")
+        refused = await self._hub.hand_in(self.worker, result)
+        if refused is not None:
+            return replace(ack, accepted=False, reason=refused.value)
+        if self._in_hand.pop(result.execution_id, None) is not None:
+            self._room.release()
+        return ack
+
+    def _off_schema(self, result: TaskResult, tool_name: str) -> str:
+        """Why a result breaks its tool's output schema ("" when it fits, or has none; a task
+        taken over from an earlier connection is not checked: its tool is not known here)."""
+        spec = self._specs.get(tool_name)
+        if spec is None or spec.output_schema is None or result.is_error:
+            return ""
+        try:
+            value = bounded_json.parse(result.output, max_bytes=MAX_OUTPUT_BYTES)
+        except bounded_json.JsonRefused as exc:
+            return f"the output of {spec.name!r} is not the JSON its output schema asks for: {exc}"
+        return ToolRegistry.check_value(f"the output of {spec.name!r}", value, spec.output_schema)

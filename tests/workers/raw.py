@@ -1,0 +1,73 @@
+"""A worker written against the wire alone (agent.v1.WorkerService), as one in another
+language would be: for tests that need to say exactly what a worker sends, and when."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+
+from behest._proto.agent.v1 import worker_pb2 as w
+from behest._proto.agent.v1 import worker_pb2_grpc as w_rpc
+
+LOOKUP = w.WorkerToolSpec(
+    name="lookup_order",
+    description="Look an order up by its id.",
+    parameters_schema=json.dumps(
+        {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
+    ),
+    idempotent=True,
+)
+
+
+class RawWorker:
+    """One Connect stream: send what a test says; read the server's instructions."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        tools: Sequence[w.WorkerToolSpec] = (LOOKUP,),
+        *,
+        name: str = "raw",
+        max_tasks: int = 1,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._outbox: asyncio.Queue[w.WorkerMessage | None] = asyncio.Queue()
+        hello = w.WorkerHello(name=name, tools=list(tools), max_tasks=max_tasks)
+        self._outbox.put_nowait(w.WorkerMessage(hello=hello))
+        self.call = w_rpc.WorkerServiceStub(channel).Connect(self._sent(), metadata=metadata)
+
+    async def _sent(self) -> AsyncIterator[w.WorkerMessage]:
+        while (message := await self._outbox.get()) is not None:
+            yield message
+
+    async def welcome(self) -> w.WorkerWelcome:
+        first = await self.call.read()
+        assert first != grpc.aio.EOF and first.WhichOneof("instruction") == "welcome", first
+        return first.welcome
+
+    async def next(self) -> Any:
+        """The next task or ack."""
+        instruction = await self.call.read()
+        assert instruction != grpc.aio.EOF, "the server ended the stream"
+        return getattr(instruction, instruction.WhichOneof("instruction"))
+
+    async def heartbeat(self) -> None:
+        await self._outbox.put(w.WorkerMessage(heartbeat=w.WorkerHeartbeat()))
+
+    async def result(self, task: Any, output: str, **fields: Any) -> w.WorkerResultAck:
+        """Send a result of `task` (execution id and attempt taken from it) and read its ack."""
+        result = w.WorkerResult(
+            execution_id=task.execution_id, attempt=task.attempt, output=output, **fields
+        )
+        await self._outbox.put(w.WorkerMessage(result=result))
+        ack = await self.next()
+        assert isinstance(ack, w.WorkerResultAck), ack
+        return ack
+
+    async def close(self) -> None:
+        await self._outbox.put(None)
+        self.call.cancel()
