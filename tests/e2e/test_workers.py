@@ -3,6 +3,7 @@ its tenant's runs' calls as tasks, and its results go to the model; each executi
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from behest._proto.agent.v1 import catalog_pb2 as cat
 from behest._proto.agent.v1 import catalog_pb2_grpc as cat_rpc
 from behest._proto.agent.v1 import execution_pb2 as x
 from behest._proto.agent.v1 import execution_pb2_grpc as x_rpc
+from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import worker_pb2 as w
 from tests.support import (
     collect,
@@ -23,6 +25,7 @@ from tests.support import (
     start_server,
     stop_server,
 )
+from tests.web_support import ALICE, AUTH, BOB, bearer
 from tests.workers.raw import LOOKUP, RawWorker
 
 CALL = {"name": "lookup_order", "arguments": {"order_id": "A-17"}}
@@ -109,3 +112,207 @@ async def test_a_bad_hello_is_invalid_argument_naming_the_field(tmp_path: Path) 
         await healthy.close()
     finally:
         await stop_server(server)
+
+
+UNSAFE = w.WorkerToolSpec(
+    name="place_order",
+    description="Places an order (not idempotent).",
+    parameters_schema=json.dumps({"type": "object", "properties": {}}),
+)
+
+
+async def executions_of(server, run_id: str) -> list[x.ToolExecution]:  # type: ignore[no-untyped-def]
+    stub = x_rpc.ToolExecutionServiceStub(server.channel)
+    return list(
+        (await stub.ListToolExecutions(x.ListToolExecutionsRequest(run_id=run_id))).executions
+    )
+
+
+async def test_a_vanished_workers_idempotent_call_runs_again_on_another_worker(
+    tmp_path: Path,
+) -> None:
+    server = await start_server(fast(tmp_path))
+    first, second = RawWorker(server.channel, name="one"), RawWorker(server.channel, name="two")
+    try:
+        await first.welcome()
+        steps = script({"tool_calls": [CALL]}, {"say": "tool_results"})
+        stream = server.runs.CreateRunStream(create_request(steps, model="script"))
+        task = await first.next()
+        await first.close()  # gone without a result: its lease lapses
+        await second.welcome()
+        retried = await second.next()
+        assert (retried.attempt, retried.idempotency_key) == (2, task.idempotency_key)
+        assert retried.execution_id != task.execution_id
+        await second.result(retried, "found it")
+        events = await collect(stream)
+        executions = await executions_of(server, events[0].run_id)
+    finally:
+        await second.close()
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    assert [(e.attempt, e.status) for e in executions] == [
+        (1, x.TOOL_EXECUTION_STATUS_OUTCOME_UNKNOWN),
+        (2, x.TOOL_EXECUTION_STATUS_SUCCEEDED),
+    ]
+    starts = [
+        e.tool_execution_started.attempt for e in events if kind(e) == "tool_execution_started"
+    ]
+    assert starts == [1, 2]
+
+
+async def test_a_vanished_workers_unsafe_call_waits_for_a_reconciliation(tmp_path: Path) -> None:
+    server = await start_server(fast(tmp_path))
+    worker = RawWorker(server.channel, [UNSAFE], name="one")
+    try:
+        await worker.welcome()
+        call = {"name": "place_order", "arguments": {}}
+        steps = script({"tool_calls": [call]}, {"say": "tool_results"})
+        created = await server.runs.CreateRun(create_request(steps, model="script"))
+        task = await worker.next()
+        await worker.close()
+        watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        async for event in watch:
+            if kind(event) == "tool_outcome_unknown":
+                watch.cancel()
+                break
+        stub = x_rpc.ToolExecutionServiceStub(server.channel)
+        await stub.ReconcileToolExecution(
+            x.ReconcileToolExecutionRequest(
+                execution_id=task.execution_id,
+                verdict=x.RECONCILE_VERDICT_RAN,
+                output="order 9 placed",
+            )
+        )
+        events = await collect(
+            server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        )
+        got = await stub.GetToolExecution(x.GetToolExecutionRequest(execution_id=task.execution_id))
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert said == "place_order: order 9 placed"  # given to the model exactly once
+    assert [kind(e) for e in events].count("tool_execution_started") == 1
+    reasons = [t.reason for t in got.execution.transitions]
+    assert any("worker vanished" in r for r in reasons), reasons
+
+
+async def test_two_workers_share_a_hundred_tasks_and_another_tenants_worker_gets_none(
+    tmp_path: Path,
+) -> None:
+    server = await start_server(fast(tmp_path).with_tables(AUTH, source="tests"))
+    acme = [RawWorker(server.channel, name=n, max_tasks=4, metadata=bearer(ALICE)) for n in "ab"]
+    globex = RawWorker(server.channel, name="g", max_tasks=4, metadata=bearer(BOB))
+    served: dict[str, int] = {"a": 0, "b": 0}
+
+    async def serve(worker: RawWorker, name: str) -> None:
+        while True:
+            task = await worker.next()
+            if isinstance(task, w.WorkerResultAck):
+                assert task.accepted, task.reason
+                continue
+            served[name] += 1
+            await worker._outbox.put(
+                w.WorkerMessage(
+                    result=w.WorkerResult(
+                        execution_id=task.execution_id, attempt=task.attempt, output=task.arguments
+                    )
+                )
+            )
+
+    try:
+        for worker in (*acme, globex):
+            await worker.welcome()
+        servers = [
+            asyncio.create_task(serve(worker, name))
+            for worker, name in zip(acme, "ab", strict=True)
+        ]
+        stray = asyncio.create_task(globex.next())
+        steps = script({"tool_calls": [CALL]}, {"text": "ok"})
+        runs = [
+            server.runs.CreateRunStream(
+                create_request(steps, model="script"), metadata=bearer(ALICE)
+            )
+            for _ in range(100)
+        ]
+        ended = [await collect(run) for run in runs]
+        assert all(kind(events[-1]) == "run_completed" for events in ended)
+        assert not stray.done()  # globex's worker never got one of acme's tasks
+    finally:
+        for task in (*servers, stray):
+            task.cancel()
+        for worker in (*acme, globex):
+            await worker.close()
+        await stop_server(server)
+    assert served["a"] + served["b"] == 100
+    assert served["a"] > 0 and served["b"] > 0, served
+
+
+SHAPED = w.WorkerToolSpec(
+    name="lookup_order",
+    description="Look an order up; answers JSON.",
+    parameters_schema=LOOKUP.parameters_schema,
+    output_schema=json.dumps(
+        {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
+    ),
+    idempotent=True,
+)
+
+
+async def test_results_refused_change_nothing_and_off_schema_output_is_an_error(
+    tmp_path: Path,
+) -> None:
+    settings = fast(tmp_path).with_tables(AUTH, source="tests")
+    server = await start_server(settings)
+    worker = RawWorker(server.channel, [SHAPED], metadata=bearer(ALICE))
+    thief = RawWorker(server.channel, [SHAPED], name="thief", metadata=bearer(BOB))
+    try:
+        await worker.welcome()
+        await thief.welcome()
+        steps = script({"tool_calls": [CALL]}, {"say": "tool_results"})
+        stream = server.runs.CreateRunStream(
+            create_request(steps, model="script"), metadata=bearer(ALICE)
+        )
+        task = await worker.next()
+        stolen = await thief.result(task, '{"status": "mine"}')  # another tenant's task
+        stale = await worker.result(task, '{"status": "x"}', attempt=task.attempt + 1)
+        huge = await worker.result(task, "x" * (1024 * 1024 + 1))
+        off = await worker.result(task, '{"state": "shipped"}')  # breaks the output schema
+        events = await collect(stream)
+    finally:
+        await worker.close()
+        await thief.close()
+        await stop_server(server)
+    assert not stolen.accepted and "not leased to this worker" in stolen.reason
+    assert not stale.accepted and "another attempt" in stale.reason
+    assert not huge.accepted and "bytes" in huge.reason
+    assert off.accepted and off.reason.startswith("taken as an error")
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert "does not match its output schema" in said and "status" in said
+    [finished] = [e for e in events if kind(e) == "tool_execution_finished"]
+    assert finished.tool_execution_finished.is_error
+
+
+async def test_serving_and_reconciling_need_their_roles_when_configured(tmp_path: Path) -> None:
+    auth = {"auth": {**AUTH["auth"], "worker_role": "worker", "reconciler_role": "operator"}}
+    server = await start_server(fast(tmp_path).with_tables(auth, source="tests"))
+    worker = RawWorker(server.channel, metadata=bearer(ALICE))
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await worker.welcome()
+        reconcile = x_rpc.ToolExecutionServiceStub(server.channel).ReconcileToolExecution(
+            x.ReconcileToolExecutionRequest(
+                execution_id="00000000-0000-4000-8000-000000000000",
+                verdict=x.RECONCILE_VERDICT_GIVE_UP,
+            ),
+            metadata=bearer(ALICE),
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await reconcile
+    finally:
+        await worker.close()
+        await stop_server(server)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "'worker'" in (refused.value.details() or "")
+    # An execution the caller cannot see is not found before any role is asked for.
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND

@@ -58,12 +58,15 @@ class RawWorker:
     async def heartbeat(self) -> None:
         await self._outbox.put(w.WorkerMessage(heartbeat=w.WorkerHeartbeat()))
 
-    async def result(self, task: Any, output: str, **fields: Any) -> w.WorkerResultAck:
-        """Send a result of `task` (execution id and attempt taken from it) and read its ack."""
-        result = w.WorkerResult(
-            execution_id=task.execution_id, attempt=task.attempt, output=output, **fields
-        )
+    async def send(self, task: Any, output: str, **fields: Any) -> None:
+        """Send a result of `task` (execution id and attempt taken from it)."""
+        fields = {"execution_id": task.execution_id, "attempt": task.attempt, **fields}
+        result = w.WorkerResult(output=output, **fields)
         await self._outbox.put(w.WorkerMessage(result=result))
+
+    async def result(self, task: Any, output: str, **fields: Any) -> w.WorkerResultAck:
+        """Send a result of `task` and read its ack."""
+        await self.send(task, output, **fields)
         ack = await self.next()
         assert isinstance(ack, w.WorkerResultAck), ack
         return ack

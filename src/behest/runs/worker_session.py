@@ -58,7 +58,6 @@ class WorkerSession:
         reader = asyncio.create_task(self._read(incoming, out))
         dispatcher = asyncio.create_task(self._dispatch(out))
         stop = asyncio.create_task(self._hub.stopping.wait())
-        unsent: Task | None = None
         try:
             while True:
                 getting = asyncio.create_task(out.get())
@@ -76,19 +75,19 @@ class WorkerSession:
                 if item is _END:
                     return
                 assert isinstance(item, Task | ResultAck)
-                unsent = item if isinstance(item, Task) else None
+                # A task yielded counts as sent: if the stream broke as it went, its lease
+                # lapses and its run decides (an idempotent call runs again).
                 yield item
-                unsent = None
         finally:
             for task in (reader, dispatcher, stop):
                 task.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.gather(reader, dispatcher, stop, return_exceptions=True)
-            await self._end(out, unsent)
+            await self._end(out)
 
-    async def _end(self, out: asyncio.Queue[object], unsent: Task | None) -> None:
+    async def _end(self, out: asyncio.Queue[object]) -> None:
         """Queue again the tasks taken but never sent; the connection is gone."""
-        pending = [unsent] if unsent is not None else []
+        pending = []
         while not out.empty():
             item = out.get_nowait()
             if isinstance(item, Task):
