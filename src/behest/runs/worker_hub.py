@@ -34,6 +34,8 @@ from behest.store.base import Store
 
 # A lease lasts this many heartbeat intervals.
 LEASE_INTERVALS = 3
+# A worker row not seen for this long is dropped (a replica killed left it behind).
+FORGOTTEN_AFTER = timedelta(days=1)
 # A task past its start-to-close deadline gets this long for its result to land.
 DEADLINE_GRACE_S = 1.0
 
@@ -98,8 +100,7 @@ class WorkerHub:
             connected_at=now,
             seen_at=now,
         )
-        stale = now - timedelta(seconds=self.settings.lease_s)
-        await self._store.register_worker(worker, stale_before=stale)
+        await self._store.register_worker(worker, stale_before=now - FORGOTTEN_AFTER)
         self._directory.pop(tenant, None)
         return worker
 

@@ -195,8 +195,9 @@ class Store(Protocol):
     # --- workers and their tasks (domain/workers.py) ------------------------------------
 
     async def register_worker(self, worker: WorkerRecord, *, stale_before: datetime) -> int:
-        """Store a worker's new connection; it takes over the leased tasks of an earlier
-        connection of the same worker (tenant and name) not seen since `stale_before`."""
+        """Store a worker's new connection in place of the same worker's earlier ones (its
+        tenant and name) and over their leased tasks; drop workers not seen since
+        `stale_before`. How many tasks it took over."""
         ...
 
     async def worker_heartbeat(

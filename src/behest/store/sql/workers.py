@@ -66,8 +66,12 @@ def _record(row: Any) -> WorkerRecord:
 
 
 def register(conn: Connection, worker: WorkerRecord, *, stale_before: datetime) -> int:
-    """Store a new connection; it takes over the leased tasks of earlier connections of the
-    same worker (its tenant and name) that are gone or silent. How many it took over."""
+    """Store a new connection. A worker's name is its identity: the connection takes the place
+    of the same worker's earlier ones (its tenant and name), and over their leased tasks (a
+    worker that reconnects, to this replica or another, still hands their results in). Rows
+    of workers not seen since `stale_before` are dropped. How many tasks it took over."""
+    earlier = sa.and_(_w.tenant == worker.tenant, _w.name == worker.name)
+    conn.execute(sa.delete(t.workers).where(sa.or_(_w.seen_at < stale_before, earlier)))
     conn.execute(
         sa.insert(t.workers),
         {
@@ -83,7 +87,6 @@ def register(conn: Connection, worker: WorkerRecord, *, stale_before: datetime) 
     )
     if not worker.name:  # an unnamed worker never takes over another's tasks
         return 0
-    live = sa.select(_w.id).where(_w.seen_at >= stale_before, _w.id != worker.id)
     taken = conn.execute(
         sa.update(t.worker_tasks)
         .where(
@@ -91,7 +94,6 @@ def register(conn: Connection, worker: WorkerRecord, *, stale_before: datetime) 
             _k.worker_name == worker.name,
             _k.state == int(TaskState.LEASED),
             _k.worker_id != worker.id,
-            _k.worker_id.not_in(live),
         )
         .values(worker_id=worker.id)
     )

@@ -87,7 +87,10 @@ class WorkerHello(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     MAX_TASKS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """A name for logs and execution records (e.g. the host); need not be unique."""
+    """The worker's identity in its tenant (e.g. host and process): a connection under a name
+    takes the place of that name's earlier connections and over the tasks they hold (a
+    worker that reconnects still hands their results in). Two processes need two names.
+    """
     max_tasks: _builtins.int
     """Tasks it runs at once (0: 1)."""
     @_builtins.property
