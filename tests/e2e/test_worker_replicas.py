@@ -1,0 +1,71 @@
+"""Workers and replicas on PostgreSQL (issue 25): a worker connected to one replica serves the
+runs another executes, and when that one is SIGKILLed the run moves on with the worker's
+result, taken exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from tests.e2e.test_replicas import (
+    LEASE_S,
+    read_rest,
+    read_until,
+    script_run,
+    start_replicas,
+)
+from tests.stored import fresh_database
+from tests.support import kind, script
+from tests.workers.raw import LOOKUP, RawWorker
+
+
+@pytest.fixture
+async def database(postgres_url: str) -> AsyncIterator[str]:
+    """A fresh database for this test's replicas."""
+    async with fresh_database(postgres_url, "behest_worker_replicas") as url:
+        yield url
+
+
+FAST = {"BEHEST_RUN_LEASE_S": str(LEASE_S), "BEHEST_WORKER_HEARTBEAT_S": "1"}
+
+
+async def test_a_worker_on_b_serves_a_run_on_a_and_its_result_outlives_a_kill_of_a(
+    tmp_path: Path, database: str
+) -> None:
+    steps = script(
+        {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "A-1"}}]},
+        {"say": "tool_results"},
+    )
+    async with AsyncExitStack() as stack:
+        a, b = await start_replicas(
+            stack, [tmp_path / "a", tmp_path / "b"], BEHEST_DATABASE_URL=database, **FAST
+        )
+        worker = RawWorker(b.channel, [LOOKUP], name="orders")
+        await worker.welcome()
+        created = await a.runs.CreateRun(script_run(steps))
+        stream = b.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        task = await worker.next()  # A's run, queued there, taken through B
+        head = await read_until(
+            stream, lambda seen: bool(seen) and kind(seen[-1]) == "tool_execution_started"
+        )
+        a.process.send_signal(signal.SIGKILL)
+        await a.process.wait()
+        ack = await worker.result(task, "in transit")
+        async with asyncio.timeout(LEASE_S + 10):
+            rest = await read_rest(stream)
+        twice = await worker.result(task, "in transit")
+        await worker.close()
+    events = head + rest
+    assert ack.accepted, ack.reason
+    assert not twice.accepted
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert kind(events[-1]) == "run_completed"
+    assert [kind(e) for e in events].count("tool_message_committed") == 1
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert said == "lookup_order: in transit"
