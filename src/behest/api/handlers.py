@@ -8,6 +8,7 @@ with a trace id, logged, never with a stack trace.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sys
@@ -23,7 +24,7 @@ from google.protobuf.message import DecodeError
 from behest.api.admission import Admission
 from behest.api.auth import current_caller
 from behest.api.status import status_of
-from behest.errors import BehestError
+from behest.errors import BehestError, InvalidArgument
 from behest.observability.metrics import Attributes, Metrics
 from behest.observability.telemetry import current, failed, tracer
 from behest.observability.trace_context import (
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 
 # Status messages are cut to this (the whole header block must stay under 8 KiB by default).
 MAX_STATUS_MESSAGE_CHARS = 2000
+
+
+# How long, and for how many messages, a refused stream reads what its caller still sends.
+DRAIN_S, DRAIN_MESSAGES = 1.0, 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,22 +145,44 @@ def _guard_stream(
 
 def _guard_bidi(fn: Callable[..., AsyncIterator[Any]], admission: Admission) -> Callable[..., Any]:
     """A stream both ways (a worker's): each message the caller sends decoded and bounded
-    like a request; its own limits (workers per tenant) instead of the stream slots."""
+    like a request; its own limits (workers per tenant) instead of the stream slots.
+
+    A refusal is sent once the caller has finished sending (or after DRAIN_S): grpc's asyncio
+    client reports a status that comes while it still writes as INTERNAL "Internal error from
+    Core" (grpc/grpc#36066), not as the status the server sent."""
 
     async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         tenant = current_caller().tenant
 
         async def checked() -> AsyncIterator[Any]:
             async for request in requests:
-                await _reject_undecodable(request, context)
+                if isinstance(request, _Undecodable):
+                    raise InvalidArgument(
+                        f"a message is not a valid {request.type_name} ({request.reason})"
+                    )
                 admission.check_size(tenant, request)
                 yield request
 
         async with _status_on_error(context):
-            async for item in fn(checked(), context):
-                yield item
+            try:
+                async for item in fn(checked(), context):
+                    yield item
+            except BehestError:
+                await _drain(requests)
+                raise
 
     return handle
+
+
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    """Read what the caller still sends, for at most DRAIN_S and DRAIN_MESSAGES."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            count = 0
+            async for _ in requests:
+                count += 1
+                if count >= DRAIN_MESSAGES:
+                    return
 
 
 @contextlib.contextmanager
