@@ -1,8 +1,9 @@
 """Composition root: settings → store → event log → providers/tools → executor → server.
 
-`App.stop` is ordered and idempotent: stop taking runs → stop pruning (retention) → drain
-or cancel runs → stop the server, then the inspector's HTTP side → flush the event log →
-close the store → export the last spans and metrics.
+`App.stop` is ordered and idempotent: stop taking runs → end workers' streams (they go to
+another replica) → stop pruning (retention) → drain or cancel runs → stop the server, then
+the inspector's HTTP side → flush the event log → close the store → export the last spans
+and metrics.
 """
 
 from __future__ import annotations
@@ -86,15 +87,10 @@ class App:
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
-        self.workers = WorkerHub(
-            store=self.store,
-            node=self.node.name,
-            settings=HubSettings(
-                heartbeat_s=settings.worker_heartbeat_s,
-                poll_s=settings.worker_poll_s,
-                max_workers_per_tenant=settings.max_workers_per_tenant,
-            ),
+        hub = HubSettings(
+            settings.worker_heartbeat_s, settings.worker_poll_s, settings.max_workers_per_tenant
         )
+        self.workers = WorkerHub(store=self.store, node=self.node.name, settings=hub)
         self.executor = self._executor(settings, compaction_settings)
         self.channel = self._channel(url)
         self.runs = Operations(

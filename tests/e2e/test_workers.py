@@ -132,13 +132,15 @@ async def test_a_vanished_workers_idempotent_call_runs_again_on_another_worker(
     tmp_path: Path,
 ) -> None:
     server = await start_server(fast(tmp_path))
-    first, second = RawWorker(server.channel, name="one"), RawWorker(server.channel, name="two")
+    first = RawWorker(server.channel, name="one")  # (a RawWorker connects as it is made)
+    second: RawWorker | None = None
     try:
         await first.welcome()
         steps = script({"tool_calls": [CALL]}, {"say": "tool_results"})
         stream = server.runs.CreateRunStream(create_request(steps, model="script"))
         task = await first.next()
         await first.close()  # gone without a result: its lease lapses
+        second = RawWorker(server.channel, name="two")
         await second.welcome()
         retried = await second.next()
         assert (retried.attempt, retried.idempotency_key) == (2, task.idempotency_key)
@@ -147,7 +149,8 @@ async def test_a_vanished_workers_idempotent_call_runs_again_on_another_worker(
         events = await collect(stream)
         executions = await executions_of(server, events[0].run_id)
     finally:
-        await second.close()
+        if second is not None:
+            await second.close()
         await stop_server(server)
     assert kind(events[-1]) == "run_completed"
     assert [(e.attempt, e.status) for e in executions] == [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from behest.domain import events as ev
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, Run, RunStatus, ToolChoice
+from behest.domain.runs import FinishReason, Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, TenantSpend, TokenUsage
 from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
@@ -30,9 +30,10 @@ from behest.runs.executions import RunExecutions
 from behest.runs.model_attempts import ModelAttempts
 from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
-from behest.runs.sub_runs import SPAWN_TOOL, SubRuns
-from behest.runs.tool_calls import ToolRunner
+from behest.runs.sub_runs import SubRuns
+from behest.runs.tool_calls import ToolRunner, offered
 from behest.runs.turn import Turn
+from behest.runs.turn_calls import TurnCalls
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
 from behest.runs.worker_calls import WorkerCalls
 from behest.runs.worker_hub import WorkerHub
@@ -96,12 +97,12 @@ class AgentLoop:
         self._tools = tools
         self._max_iterations = run.max_iterations or limits.max_iterations
         self._sub_runs = sub_runs if sub_runs is not None and sub_runs.offered_to(run) else None
-        self._offered = self._offer(run, tools)
+        self._offered = offered(run, tools, sub_agents=self._sub_runs is not None)
         self._waits = Waits(
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
-        self._tool_runner = ToolRunner(
+        runner = ToolRunner(
             log=log,
             executions=self._executions,
             tools=tools,
@@ -111,6 +112,7 @@ class AgentLoop:
             spawn=self._spawn if self._sub_runs is not None else None,
             workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
         )
+        self._calls = TurnCalls(runner=runner, waits=self._waits, executions=self._executions)
         self._doom_loop = DoomLoopDetector()
         self._budget = self._budget_of(spend_limits or TenantSpend())
         self._attempts = ModelAttempts(
@@ -125,16 +127,6 @@ class AgentLoop:
             waits=self._waits,
             coalesce_text=limits.coalesce_text_deltas,
         )
-
-    def _offer(self, run: Run, tools: ToolRegistry) -> frozenset[str]:
-        """Tools offered to the model: tool_choice "none" offers none, a tool's name all the
-        run may use (spawn_agent too when it may start sub-agent runs)."""
-        if run.tool_choice == ToolChoice.NONE:
-            return frozenset()
-        allowed = list(run.tools) or tools.names()
-        if self._sub_runs is not None:
-            allowed.append(SPAWN_TOOL)
-        return frozenset(allowed)
 
     def _budget_of(self, tenant: TenantSpend) -> Budget:
         """The run's budget over its tenant's defaults, and the tenant's daily caps."""
@@ -189,8 +181,7 @@ class AgentLoop:
             waiting = await self._waits.hold(turn.calls, self._offered)
             if waiting is not None:
                 return waiting
-            await self._tool_runner.run(turn.calls, await self._waits.results(turn.calls))
-            waiting = await self._held_unknown(turn.calls)
+            waiting = await self._calls.run(turn.calls, await self._waits.results(turn.calls))
             if waiting is not None:
                 return waiting
 
@@ -274,25 +265,10 @@ class AgentLoop:
         return None
 
     async def _finish_calls(self, calls: list[ToolCall], snapshot: Snapshot) -> Waiting | None:
-        """Run the calls of the last answer that have no result yet; one cut by a stop runs
-        again if idempotent, else the run waits for its outcome to be reconciled."""
-        mine = self.progress.mine()
-        answered = {m.tool_call_id for m in mine if m.role == Role.TOOL}
+        """Run the calls of the last answer that have no result yet (runs/turn_calls.py)."""
+        answered = {m.tool_call_id for m in self.progress.mine() if m.role == Role.TOOL}
         pending = [c for c in calls if c.id not in answered]
-        rejoin, unknown = self._executions.cut(pending, snapshot.pending_tool_calls)
-        if unknown:
-            return await self._waits.hold_unknown(calls, unknown, self._executions)
-        results = await self._waits.results(pending, resumed=True)
-        await self._tool_runner.run(pending, results, rejoin)
-        return await self._held_unknown(calls)
-
-    async def _held_unknown(self, calls: list[ToolCall]) -> Waiting | None:
-        """The run waits if a call's outcome became unknown as it ran (a worker lost)."""
-        whys, self._tool_runner.unknown = self._tool_runner.unknown, {}
-        if not whys:
-            return None
-        unknown = [c for c in calls if c.id in whys]
-        return await self._waits.hold_unknown(calls, unknown, self._executions, whys)
+        return await self._calls.finish(calls, pending, snapshot.pending_tool_calls)
 
     async def _persist(self, turn: Turn) -> None:
         """The model's answer becomes the session's next message, with its usage."""

@@ -20,7 +20,7 @@ from opentelemetry.trace import Span
 from behest.domain import events as ev
 from behest.domain.executions import ToolExecution
 from behest.domain.messages import Role, ToolCall
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import Run, RunStatus, ToolChoice
 from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
@@ -252,6 +252,17 @@ class ToolRunner:
             ],
         )
         progress.remember(message)
+
+
+def offered(run: Run, tools: ToolRegistry, *, sub_agents: bool) -> frozenset[str]:
+    """Tools offered to the run's model: tool_choice "none" offers none, a tool's name all
+    the run may use (spawn_agent too when it may start sub-agent runs)."""
+    if run.tool_choice == ToolChoice.NONE:
+        return frozenset()
+    allowed = list(run.tools) or tools.names()
+    if sub_agents:
+        allowed.append(SPAWN_TOOL)
+    return frozenset(allowed)
 
 
 def tool_context(run: Run, execution: ToolExecution) -> ToolContext:

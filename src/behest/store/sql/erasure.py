@@ -24,6 +24,7 @@ from sqlalchemy import Connection
 from behest.domain.runs import RunStatus
 from behest.errors import FailedPrecondition, NotFound, quote
 from behest.store.sql import tables as t
+from behest.store.sql import tool_tables as tt
 from behest.store.sql.writes import TERMINAL
 
 # Ids per IN (…): well under SQLite's oldest bound on variables (999) and asyncpg's (32767).
@@ -129,11 +130,11 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         conn.execute(sa.delete(t.events).where(t.events.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.snapshots).where(t.snapshots.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.run_id.in_(chunk)))
-        transitions = t.tool_execution_transitions
+        transitions = tt.tool_execution_transitions
         conn.execute(sa.delete(transitions).where(transitions.c.run_id.in_(chunk)))
-        executions = t.tool_executions
+        executions = tt.tool_executions
         conn.execute(sa.delete(executions).where(executions.c.run_id.in_(chunk)))
-        tasks = t.worker_tasks
+        tasks = tt.worker_tasks
         conn.execute(sa.delete(tasks).where(tasks.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
         _delete_messages(conn, t.messages.c.run_id.in_(chunk))

@@ -12,26 +12,26 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from behest.domain.executions import ExecutionStatus, ToolExecution, Transition, Verdict
-from behest.store.sql import tables as t
+from behest.store.sql import tool_tables as tt
 from behest.store.sql.engine import Engines
 from behest.store.sql.rows import utc
 from behest.store.writes import RecordExecution
 
-_x = t.tool_executions.c
+_x = tt.tool_executions.c
 _RUN_EXECUTIONS = (
-    sa.select(t.tool_executions)
+    sa.select(tt.tool_executions)
     .where(_x.run_id == sa.bindparam("b_run"))
     .order_by(_x.started_at, _x.call_id, _x.attempt)
 )
-EXECUTION = sa.select(t.tool_executions).where(_x.id == sa.bindparam("b_id"))
+EXECUTION = sa.select(tt.tool_executions).where(_x.id == sa.bindparam("b_id"))
 _TRANSITIONS = (
-    sa.select(t.tool_execution_transitions)
-    .where(t.tool_execution_transitions.c.execution_id == sa.bindparam("b_id"))
-    .order_by(t.tool_execution_transitions.c.id)
+    sa.select(tt.tool_execution_transitions)
+    .where(tt.tool_execution_transitions.c.execution_id == sa.bindparam("b_id"))
+    .order_by(tt.tool_execution_transitions.c.id)
 )
-_INSERT_TRANSITIONS = sa.insert(t.tool_execution_transitions)
+_INSERT_TRANSITIONS = sa.insert(tt.tool_execution_transitions)
 _UPDATE_EXECUTION = (
-    sa.update(t.tool_executions)
+    sa.update(tt.tool_executions)
     .where(_x.id == sa.bindparam("b_id"))
     .values(
         status=sa.bindparam("b_status"),
@@ -55,7 +55,7 @@ def apply_records(conn: Connection, records: Sequence[RecordExecution]) -> None:
     new = [_row(e) for e in latest.values() if e.id not in known]
     changed = [_changes(e) for e in latest.values() if e.id in known]
     if new:
-        conn.execute(sa.insert(t.tool_executions), new)
+        conn.execute(sa.insert(tt.tool_executions), new)
     if changed:
         conn.execute(_UPDATE_EXECUTION, changed)
     conn.execute(_INSERT_TRANSITIONS, [_transition_row(r) for r in records])

@@ -23,13 +23,13 @@ from behest.domain.workers import (
     WorkerRecord,
     WorkerToolSpec,
 )
-from behest.store.sql import tables as t
+from behest.store.sql import tool_tables as tt
 from behest.store.sql.engine import Engines
 from behest.store.sql.rows import utc
 
-_w = t.workers.c
-_k = t.worker_tasks.c
-_TASK = sa.select(t.worker_tasks).where(_k.execution_id == sa.bindparam("b_id"))
+_w = tt.workers.c
+_k = tt.worker_tasks.c
+_TASK = sa.select(tt.worker_tasks).where(_k.execution_id == sa.bindparam("b_id"))
 
 
 def task_to_row(task: Task) -> dict[str, Any]:
@@ -71,9 +71,9 @@ def register(conn: Connection, worker: WorkerRecord, *, stale_before: datetime) 
     worker that reconnects, to this replica or another, still hands their results in). Rows
     of workers not seen since `stale_before` are dropped. How many tasks it took over."""
     earlier = sa.and_(_w.tenant == worker.tenant, _w.name == worker.name)
-    conn.execute(sa.delete(t.workers).where(sa.or_(_w.seen_at < stale_before, earlier)))
+    conn.execute(sa.delete(tt.workers).where(sa.or_(_w.seen_at < stale_before, earlier)))
     conn.execute(
-        sa.insert(t.workers),
+        sa.insert(tt.workers),
         {
             "id": worker.id,
             "tenant": worker.tenant,
@@ -88,7 +88,7 @@ def register(conn: Connection, worker: WorkerRecord, *, stale_before: datetime) 
     if not worker.name:  # an unnamed worker never takes over another's tasks
         return 0
     taken = conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(
             _k.tenant == worker.tenant,
             _k.worker_name == worker.name,
@@ -102,9 +102,9 @@ def register(conn: Connection, worker: WorkerRecord, *, stale_before: datetime) 
 
 def heartbeat(conn: Connection, worker_id: str, *, now: datetime, lease_until: datetime) -> None:
     """The worker is alive; so are its tasks' leases."""
-    conn.execute(sa.update(t.workers).where(_w.id == worker_id).values(seen_at=now))
+    conn.execute(sa.update(tt.workers).where(_w.id == worker_id).values(seen_at=now))
     conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(_k.worker_id == worker_id, _k.state == int(TaskState.LEASED))
         .values(lease_until=lease_until)
     )
@@ -113,7 +113,7 @@ def heartbeat(conn: Connection, worker_id: str, *, now: datetime, lease_until: d
 def unregister(conn: Connection, worker_id: str) -> None:
     """The connection ended; its leased tasks keep their leases until they lapse (the same
     worker, reconnected, takes them over and may still send their results)."""
-    conn.execute(sa.delete(t.workers).where(_w.id == worker_id))
+    conn.execute(sa.delete(tt.workers).where(_w.id == worker_id))
 
 
 def claim(
@@ -121,7 +121,7 @@ def claim(
 ) -> Task | None:
     """Lease the oldest queued task of the worker's tenant that it serves, if any."""
     query = (
-        sa.select(t.worker_tasks)
+        sa.select(tt.worker_tasks)
         .where(
             _k.tenant == worker.tenant,
             _k.state == int(TaskState.QUEUED),
@@ -146,7 +146,7 @@ def claim(
         deadline=now + timedelta(seconds=task.timeout_s),
     )
     conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(_k.execution_id == task.execution_id, _k.state == int(TaskState.QUEUED))
         .values(
             state=int(leased.state),
@@ -178,7 +178,7 @@ def complete(
     if task.state != TaskState.LEASED or task.worker_id != worker_id or lapsed:
         return ResultRefused.NOT_YOURS
     conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(_k.execution_id == task.execution_id)
         .values(
             state=int(TaskState.DONE),
@@ -195,7 +195,7 @@ def give_up(conn: Connection, execution_id: str, state: TaskState, why: str) -> 
     (QUEUED: `expired`) or its worker did not answer in time (LEASED); False if its state
     changed meanwhile. A result sent after is refused (the task has one)."""
     done = conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(_k.execution_id == execution_id, _k.state == int(state))
         .values(
             state=int(TaskState.DONE),
@@ -210,7 +210,7 @@ def give_up(conn: Connection, execution_id: str, state: TaskState, why: str) -> 
 def release(conn: Connection, execution_id: str, *, worker_id: str) -> None:
     """A leased task its worker never got: queued again."""
     conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(
             _k.execution_id == execution_id,
             _k.worker_id == worker_id,
@@ -224,7 +224,7 @@ def rejoin(conn: Connection, execution_id: str, *, lease_until: datetime) -> Tas
     """A run taken up again waits for its task anew: a leased task's lease is given one more
     term, for its worker to reconnect (behest was down: nobody renewed it)."""
     conn.execute(
-        sa.update(t.worker_tasks)
+        sa.update(tt.worker_tasks)
         .where(_k.execution_id == execution_id, _k.state == int(TaskState.LEASED))
         .values(lease_until=lease_until)
     )
@@ -253,7 +253,7 @@ class WorkersInSql:
         await self.engines.writer.write_small(unregister, worker_id)
 
     async def live_workers(self, *, tenant: str, since: datetime) -> list[WorkerRecord]:
-        query = sa.select(t.workers).where(_w.tenant == tenant, _w.seen_at >= since)
+        query = sa.select(tt.workers).where(_w.tenant == tenant, _w.seen_at >= since)
         async with self.engines.reader.connect() as conn:
             return [_record(row) for row in await conn.execute(query)]
 

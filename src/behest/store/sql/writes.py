@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from behest.domain.snapshots import Snapshot
 from behest.domain.waits import WaitKind
 from behest.store.sql import channel_payloads, executions, rows, workers
 from behest.store.sql import tables as t
+from behest.store.sql import tool_tables as tt
 from behest.store.writes import (
     AppendEvent,
     AppendMessage,
@@ -82,7 +84,7 @@ _END_SESSIONS_RUNS = (
     .values(active_run_id=None, updated_at=sa.bindparam("b_now"))
 )
 _INSERT_PENDING_CALLS = sa.insert(t.pending_calls)
-_INSERT_TASKS = sa.insert(t.worker_tasks)
+_INSERT_TASKS = sa.insert(tt.worker_tasks)
 _RELEASE_RUNS = (
     sa.update(t.runs)
     .where(t.runs.c.id == sa.bindparam("b_id"))
@@ -103,75 +105,89 @@ _DELETE_SNAPSHOTS = sa.delete(t.snapshots).where(
 )
 
 
-def apply_writes(conn: Connection, writes: list[Write]) -> None:
-    """Apply the writes of one or more steps (their Fences were checked by the caller: each
-    only labels its run's events with the generation that wrote them)."""
-    events: list[Event] = []
-    generations: dict[str, int] = collections.defaultdict(int)  # by the steps' Fences
-    messages: list[dict[str, Any]] = []
-    blobs: list[dict[str, Any]] = []
-    run_updates: dict[str, UpdateRun] = {}
-    snapshots: dict[str, Snapshot | None] = {}
-    clears: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    releases: list[dict[str, Any]] = []
-    expiries: list[tuple[str, str]] = []
-    outputs: list[dict[str, Any]] = []
-    reconciling: list[dict[str, Any]] = []  # calls now waiting for a reconciliation
-    records: list[RecordExecution] = []
-    tasks: list[dict[str, Any]] = []
+@dataclass
+class _Rows:
+    """One batch's writes, sorted by the statement that applies them."""
+
+    events: list[Event] = field(default_factory=list)
+    generations: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    run_updates: dict[str, UpdateRun] = field(default_factory=dict)
+    snapshots: dict[str, Snapshot | None] = field(default_factory=dict)
+    clears: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    reconciling: list[dict[str, Any]] = field(default_factory=list)  # waiting for a verdict
+    releases: list[dict[str, Any]] = field(default_factory=list)
+    expiries: list[tuple[str, str]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RecordExecution] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _sorted(writes: list[Write]) -> _Rows:
+    rows_of = _Rows()
     for write in writes:
         match write:
             case AppendEvent(event):
-                events.append(event)
-            case Fence(run_id, generation):
-                generations[run_id] = generation
+                rows_of.events.append(event)
+            case Fence(run_id, generation):  # labels the run's events with their claim
+                rows_of.generations[run_id] = generation
             case AppendMessage(message):
-                messages.append(rows.message_to_row(message))
-                blobs.extend(rows.blob_rows(message))
+                rows_of.messages.append(rows.message_to_row(message))
+                rows_of.blobs.extend(rows.blob_rows(message))
             case UpdateRun():
                 # One UPDATE per run; as if applied in order, the first terminal one sticks.
-                earlier = run_updates.get(write.run_id)
+                earlier = rows_of.run_updates.get(write.run_id)
                 if earlier is None or not earlier.status.is_terminal:
-                    run_updates[write.run_id] = write
+                    rows_of.run_updates[write.run_id] = write
             case SetRunOutput(run_id, output):
-                outputs.append({"b_id": run_id, "b_output": output})
+                rows_of.outputs.append({"b_id": run_id, "b_output": output})
             case PutSnapshot(saved):
-                snapshots[saved.run_id] = saved
+                rows_of.snapshots[saved.run_id] = saved
             case DeleteSnapshot(run_id):
-                snapshots[run_id] = None
+                rows_of.snapshots[run_id] = None
             case ClearToolResults(session_id=session, through_position=through, text=text):
-                clears.append({"b_session": session, "b_through": through, "b_text": text})
+                rows_of.clears.append({"b_session": session, "b_through": through, "b_text": text})
             case RequestInput(requested):
                 for call in requested:
                     unknown = call.kind == WaitKind.OUTCOME_UNKNOWN
-                    (reconciling if unknown else calls).append(rows.pending_call_to_row(call))
+                    into = rows_of.reconciling if unknown else rows_of.calls
+                    into.append(rows.pending_call_to_row(call))
             case RecordExecution():
-                records.append(write)
+                rows_of.records.append(write)
             case EnqueueTask(task):
-                tasks.append(workers.task_to_row(task))
+                rows_of.tasks.append(workers.task_to_row(task))
             case ReleaseRun(run_id):
-                releases.append({"b_id": run_id})
+                rows_of.releases.append({"b_id": run_id})
             case ExpireCalls():
-                expiries.extend((write.run_id, call_id) for call_id in write.call_ids)
-    _execute(conn, _INSERT_MESSAGES, messages)
-    _execute(conn, _INSERT_BLOBS, blobs)
-    _execute(conn, _INSERT_EVENTS, [rows.event_to_row(e, generations[e.run_id]) for e in events])
-    for clear in clears:  # one by one, in order: a later prune of a session wins
+                rows_of.expiries.extend((write.run_id, call_id) for call_id in write.call_ids)
+    return rows_of
+
+
+def apply_writes(conn: Connection, writes: list[Write]) -> None:
+    """Apply the writes of one or more steps (their Fences were checked by the caller: each
+    only labels its run's events with the generation that wrote them)."""
+    r = _sorted(writes)
+    _execute(conn, _INSERT_MESSAGES, r.messages)
+    _execute(conn, _INSERT_BLOBS, r.blobs)
+    events = [rows.event_to_row(e, r.generations[e.run_id]) for e in r.events]
+    _execute(conn, _INSERT_EVENTS, events)
+    for clear in r.clears:  # one by one, in order: a later prune of a session wins
         conn.execute(_CLEAR_TOOL_RESULTS, clear)
-    _execute(conn, _INSERT_PENDING_CALLS, calls)
+    _execute(conn, _INSERT_PENDING_CALLS, r.calls)
     # Before the runs' updates: a step that ends a run may carry its output.
-    _execute(conn, _SET_OUTPUTS, outputs)
-    update_runs(conn, list(run_updates.values()))
-    _execute(conn, _RELEASE_RUNS, releases)
+    _execute(conn, _SET_OUTPUTS, r.outputs)
+    update_runs(conn, list(r.run_updates.values()))
+    _execute(conn, _RELEASE_RUNS, r.releases)
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.
-    expire_calls(conn, expiries)
+    expire_calls(conn, r.expiries)
     # A call waited for before (an approval) waits again, for its reconciliation: its row
     # is replaced, after the runs' rows are locked (as submit_answers locks them).
-    replace_calls(conn, reconciling)
-    executions.apply_records(conn, records)
-    _execute(conn, _INSERT_TASKS, tasks)
-    put_snapshots(conn, snapshots)
+    replace_calls(conn, r.reconciling)
+    executions.apply_records(conn, r.records)
+    _execute(conn, _INSERT_TASKS, r.tasks)
+    put_snapshots(conn, r.snapshots)
 
 
 def notifications(node: str, writes: Iterable[Write]) -> list[tuple[str, str]]:

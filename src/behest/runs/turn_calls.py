@@ -1,0 +1,51 @@
+"""A turn's tool calls run to their results, or the run waits: each call's outcome is known
+(its result is recorded) or unknown (the run pauses until it is reconciled).
+
+A call's outcome is unknown when behest stopped while it ran and its tool is not idempotent
+(found as the run is taken up again), or when its worker vanished (found as it ran)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from behest.domain.messages import ToolCall
+from behest.runs.executions import RunExecutions
+from behest.runs.tool_calls import ToolRunner
+from behest.runs.waiting import Waiting, Waits
+from behest.tools.base import ToolResult
+
+
+class TurnCalls:
+    """Runs a turn's calls through the ToolRunner, and pauses the run on unknown outcomes."""
+
+    def __init__(self, *, runner: ToolRunner, waits: Waits, executions: RunExecutions) -> None:
+        self._runner = runner
+        self._waits = waits
+        self._executions = executions
+
+    async def run(
+        self, calls: list[ToolCall], answered: Mapping[str, ToolResult]
+    ) -> Waiting | None:
+        """Run a turn's calls (those `answered` recorded with their result)."""
+        await self._runner.run(calls, answered)
+        return await self._held_unknown(calls)
+
+    async def finish(
+        self, calls: list[ToolCall], pending: list[ToolCall], cut: Collection[str]
+    ) -> Waiting | None:
+        """Run the `pending` calls of a turn taken up again; those in `cut` were executing
+        when it stopped: a worker's task is waited for again, an idempotent call runs again,
+        any other's outcome is unknown."""
+        rejoin, unknown = self._executions.cut(pending, cut)
+        if unknown:
+            return await self._waits.hold_unknown(calls, unknown, self._executions)
+        results = await self._waits.results(pending, resumed=True)
+        await self._runner.run(pending, results, rejoin)
+        return await self._held_unknown(calls)
+
+    async def _held_unknown(self, calls: list[ToolCall]) -> Waiting | None:
+        whys, self._runner.unknown = self._runner.unknown, {}
+        if not whys:
+            return None
+        unknown = [c for c in calls if c.id in whys]
+        return await self._waits.hold_unknown(calls, unknown, self._executions, whys)
