@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from behest.cli import build_parser
+from behest.cli import build_parser, entry
 from behest.cli import worker as worker_cli
 from behest.cli.waits import UsageError
 from behest.worker import Worker
@@ -80,3 +80,17 @@ def test_tls_files_given_replace_the_workers_and_a_missing_one_is_refused(
     args = build_parser().parse_args(["worker", "run", "m:w", "--tls-ca", str(tmp_path / "ca.pem")])
     worker_cli._configure(worker, args)
     assert worker.uses_tls
+
+
+def test_a_token_without_tls_to_another_machine_is_warned_of(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    check = entry._warn_if_plaintext  # what `behest worker run` is given
+    for address, sends_token, uses_tls, warned in [
+        ("10.1.2.3:50051", True, False, True),
+        ("127.0.0.1:50051", True, False, False),
+        ("10.1.2.3:50051", False, False, False),
+        ("10.1.2.3:50051", True, True, False),
+    ]:
+        check(address, sends_token, uses_tls)
+        assert ("warning: the token goes to" in capsys.readouterr().err) is warned, address
