@@ -31,9 +31,12 @@ _execution_ids = itertools.count(1)
 class FakeStream:
     """One Connect stream as the server sees it."""
 
-    def __init__(self, hello: worker_pb2.WorkerHello, metadata: dict[str, str]) -> None:
+    def __init__(
+        self, hello: worker_pb2.WorkerHello, metadata: dict[str, str], peer: dict[str, Any]
+    ) -> None:
         self.hello = hello
         self.metadata = metadata
+        self.peer = peer  # the auth context: x509_common_name and the like, with TLS
         self.outgoing: asyncio.Queue[Any] = asyncio.Queue()
         self.results: asyncio.Queue[worker_pb2.WorkerResult] = asyncio.Queue()
         self.heartbeats = 0
@@ -82,8 +85,14 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
     `cuts` end the next streams with a status right after their welcome, `verdict` decides
     each ack (default: accepted)."""
 
-    def __init__(self, heartbeat_interval_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        heartbeat_interval_s: float = 0.05,
+        *,
+        tls: grpc.ServerCredentials | None = None,
+    ) -> None:
         self.heartbeat_interval_s = heartbeat_interval_s
+        self._tls = tls
         self.streams: list[FakeStream] = []
         self.refusals: list[tuple[grpc.StatusCode, str]] = []
         self.cuts: list[tuple[grpc.StatusCode, str]] = []
@@ -96,7 +105,10 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
     async def __aenter__(self) -> FakeWorkerService:
         self._server = grpc.aio.server()
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(self, self._server)
-        port = self._server.add_insecure_port("127.0.0.1:0")
+        if self._tls is None:
+            port = self._server.add_insecure_port("127.0.0.1:0")
+        else:
+            port = self._server.add_secure_port("127.0.0.1:0", self._tls)
         await self._server.start()
         self.address = f"127.0.0.1:{port}"
         return self
@@ -117,7 +129,8 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
             return
         self.hellos += 1
         metadata = {key: value for key, value in context.invocation_metadata()}
-        stream = FakeStream(first.hello, metadata)
+        peer = {key: [v.decode() for v in values] for key, values in context.auth_context().items()}
+        stream = FakeStream(first.hello, metadata, peer)
         self.streams.append(stream)
         if self.refusals:
             await context.abort(*self.refusals.pop(0))

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC
+from pathlib import Path
 from typing import Annotated, Any
 
 import grpc
@@ -24,6 +25,7 @@ from behest.worker import (
     WorkerError,
     current_task_context,
 )
+from tests.certs import CertificateAuthority
 from tests.fakes.worker_service import FakeWorkerService, deadline_in
 from tests.unit.test_layers import graph, problems
 
@@ -414,6 +416,29 @@ async def test_heartbeats_go_on_while_a_long_task_runs(fake: FakeWorkerService) 
         assert gate.running == 1
         gate.go.set()
         assert (await stream.result()).output == "done"
+
+
+async def test_a_worker_speaks_mtls_with_its_certificate(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    server, client = ca.server(), ca.client("worker", principal="worker-1", tenant="acme")
+    tls = grpc.ssl_server_credentials(
+        [(server.key, server.cert)], root_certificates=ca.pem.cert, require_client_auth=True
+    )
+    async with FakeWorkerService(tls=tls) as fake:
+        worker = fast_worker(
+            fake.address,
+            tls_ca=ca.pem.cert_file,
+            tls_cert=client.cert_file,
+            tls_key=client.key_file,
+        )
+        worker.tool(name="clock")(lambda: "noon")
+        assert worker.uses_tls and not worker.sends_token
+        async with serving(worker):
+            stream = await fake.stream()
+            stream.task("clock")
+            assert (await stream.result()).output == "noon"
+    assert stream.peer["x509_common_name"] == ["worker-1"]
+    assert "authorization" not in stream.metadata
 
 
 # --- breaks, refusals, stops ------------------------------------------------------------------
