@@ -2,8 +2,8 @@
 
 Full jitter (a uniform draw from 0 to the attempt's ceiling, the ceiling doubling per attempt
 up to a cap): many clients retrying at once spread out instead of arriving together. Used by
-model-call retries, the client's reconnects, the replicas' notification channel, terminal-step
-writes, SQLite's WAL switch and MCP server restarts.
+model-call retries, the client's and the worker SDK's reconnects, the replicas' notification
+channel, terminal-step writes, SQLite's WAL switch and MCP server restarts.
 """
 
 from __future__ import annotations

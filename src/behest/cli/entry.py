@@ -1,7 +1,8 @@
 """The `behest` command's entry: its parser, the client the commands share, and how errors
 end it. Its commands: serve.py (`serve`, `token new`), runs.py (`run`, `watch`, `runs …`),
 waits.py (`approve`, `answer`, `pending`), catalog.py (sessions, tools, providers, usage,
-a run's stored events, pruning); render.py and formats.py write what they show.
+a run's stored events, pruning), worker.py (`worker run`: a module's behest.worker.Worker);
+render.py and formats.py write what they show.
 
 Exit codes: 0 the run completed (or the command succeeded), 1 the run failed or was
 cancelled, 2 an RPC or usage error, 130 interrupted (the run itself goes on in the server).
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from behest.cli import catalog, executions, runs, serve, waits
+from behest.cli import catalog, executions, runs, serve, waits, worker
 from behest.cli.render import EventPrinter
 from behest.client import BehestClient, BehestError
 from behest.config import DEFAULT_LISTEN, is_loopback
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     waits.add_commands(commands, server, _client)
     executions.add_commands(commands, server, _client)
     catalog.add_commands(commands, server, _client)
+    worker.add_commands(commands, _warn_if_plaintext)
     serve.add_token_commands(commands)
     return parser
 
@@ -161,13 +163,18 @@ def _client(args: argparse.Namespace) -> BehestClient:
         )
     except (OSError, ValueError) as exc:
         raise ClientSetupError(str(exc)) from None
-    if client.call_metadata and not client.uses_tls and not _is_loopback(args.server):
+    _warn_if_plaintext(args.server, bool(client.call_metadata), client.uses_tls)
+    return client
+
+
+def _warn_if_plaintext(address: str, sends_token: bool, uses_tls: bool) -> None:
+    """A warning on stderr when a token would go to another machine without TLS."""
+    if sends_token and not uses_tls and not _is_loopback(address):
         print(
-            f"warning: the token goes to {args.server} without TLS, readable on the way "
+            f"warning: the token goes to {address} without TLS, readable on the way "
             "(give --tls-ca)",
             file=sys.stderr,
         )
-    return client
 
 
 def _is_loopback(address: str) -> bool:

@@ -1,0 +1,111 @@
+"""The worker's one meeting point with the wire: the WorkerService stub, the messages it
+sends (hello, heartbeat, result) and the instructions it reads (welcome, task, ack). The only
+module of behest.worker that imports `behest._proto`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+import grpc.aio
+
+from behest._proto.agent.v1 import worker_pb2, worker_pb2_grpc
+from behest.worker._calls import Outcome
+from behest.worker._context import TaskContext
+from behest.worker._tools import WorkerTool
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    worker_id: str
+    heartbeat_interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A task as it came: its context (without the worker id) and its arguments' JSON."""
+
+    context: TaskContext
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    execution_id: str
+    attempt: int
+    accepted: bool
+    reason: str
+
+
+def connect(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> Any:
+    """A new Connect stream (a grpc.aio StreamStreamCall)."""
+    return worker_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=metadata)
+
+
+def hello(name: str, tools: Iterable[WorkerTool], max_tasks: int) -> worker_pb2.WorkerMessage:
+    specs = [
+        worker_pb2.WorkerToolSpec(
+            name=tool.name,
+            description=tool.description,
+            parameters_schema=json.dumps(tool.parameters_schema),
+            output_schema=json.dumps(tool.output_schema) if tool.output_schema else "",
+            idempotent=tool.idempotent,
+            read_only=tool.read_only,
+            concurrency_safe=tool.concurrency_safe,
+            requires_approval=tool.requires_approval,
+            timeout_s=tool.timeout_s,
+            schedule_timeout_s=tool.schedule_timeout_s,
+            max_attempts=tool.max_attempts,
+        )
+        for tool in tools
+    ]
+    return worker_pb2.WorkerMessage(
+        hello=worker_pb2.WorkerHello(name=name, tools=specs, max_tasks=max_tasks)
+    )
+
+
+HEARTBEAT = worker_pb2.WorkerMessage(heartbeat=worker_pb2.WorkerHeartbeat())
+
+
+def result(execution_id: str, attempt: int, outcome: Outcome) -> worker_pb2.WorkerMessage:
+    return worker_pb2.WorkerMessage(
+        result=worker_pb2.WorkerResult(
+            execution_id=execution_id,
+            attempt=attempt,
+            output=outcome.output,
+            is_error=outcome.is_error,
+            retryable=outcome.retryable,
+        )
+    )
+
+
+def instruction(message: worker_pb2.WorkerInstruction) -> Welcome | Task | Ack | None:
+    """What the server said; None for an instruction newer than this SDK (ignored)."""
+    kind = message.WhichOneof("instruction")
+    if kind == "welcome":
+        welcome = message.welcome
+        return Welcome(welcome.worker_id, welcome.heartbeat_interval_s)
+    if kind == "task":
+        return _task(message.task)
+    if kind == "ack":
+        ack = message.ack
+        return Ack(ack.execution_id, ack.attempt, ack.accepted, ack.reason)
+    return None
+
+
+def _task(task: worker_pb2.WorkerTask) -> Task:
+    deadline = task.deadline.ToDatetime(tzinfo=UTC) if task.HasField("deadline") else None
+    context = TaskContext(
+        execution_id=task.execution_id,
+        attempt=task.attempt,
+        idempotency_key=task.idempotency_key,
+        tool_name=task.tool_name,
+        run_id=task.run_id,
+        session_id=task.session_id,
+        call_id=task.call_id,
+        deadline=deadline,
+    )
+    return Task(context, task.arguments)
