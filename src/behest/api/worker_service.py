@@ -15,7 +15,7 @@ from behest.domain.workers import Task, TaskResult
 from behest.errors import InvalidArgument
 from behest.runs.operations import Operations
 from behest.runs.sub_runs import SPAWN_TOOL
-from behest.runs.worker_session import ResultAck, WorkerHeartbeat
+from behest.runs.worker_session import ResultAck, WorkerDrain, WorkerHeartbeat
 
 
 class WorkerServicer:
@@ -43,17 +43,19 @@ class WorkerServicer:
 
 async def _messages(
     requests: AsyncIterator[pb.WorkerMessage],
-) -> AsyncIterator[WorkerHeartbeat | TaskResult]:
+) -> AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult]:
     async for message in requests:
         match message.WhichOneof("message"):
             case "heartbeat":
                 yield WorkerHeartbeat()
+            case "drain":
+                yield WorkerDrain()
             case "result":
                 yield worker_hello.result(message.result)
             case "hello":
                 raise InvalidArgument("a worker says hello once, first")
             case _:
-                raise InvalidArgument("a worker's message must be a heartbeat or a result")
+                raise InvalidArgument("a worker's message must be a heartbeat, a result or drain")
 
 
 def _instruction(item: Task | ResultAck) -> pb.WorkerInstruction:

@@ -74,34 +74,45 @@ class RunExecutions:
         writes.append(RecordExecution(execution, start))
         return execution, writes
 
-    def end(self, call_id: str, result: ToolResult) -> list[RecordExecution]:
-        """The write that ends the call's execution with `result`."""
+    def end(self, call_id: str, result: ToolResult, *, executor: str = "") -> list[RecordExecution]:
+        """The write that ends the call's execution with `result` (`executor`: the worker
+        that ran it, when one did)."""
         execution = self._latest.get(call_id)
         if execution is None:
             return []
         now = datetime.now(UTC)
         ended = execution.ended(result.text, result.is_error, now)
+        if executor:
+            ended = replace(ended, executor=executor)
         self._latest[call_id] = ended
-        change = Transition(status=ended.status, at=now, actor=self._actor)
+        change = Transition(status=ended.status, at=now, actor=executor or self._actor)
         return [RecordExecution(ended, change)]
 
-    def unknown(self, call: ToolCall, why: str = "") -> tuple[ToolExecution, RecordExecution]:
+    def unknown(
+        self, call: ToolCall, why: str = "", executor: str = ""
+    ) -> tuple[ToolExecution, RecordExecution]:
         """The call's execution made OUTCOME_UNKNOWN, `why` (default: cut by a stop); a record
         is made for it when the run began before execution records were kept."""
         now = datetime.now(UTC)
         execution = self._latest.get(call.id)
         if execution is None:
             execution, _ = self.begin(call)
+        if executor:
+            execution = replace(execution, executor=executor)
         why = why or f"{STOPPED}, and it is not idempotent"
         why += ": it is not run again until reconciled"
         return self._moved(execution, ExecutionStatus.OUTCOME_UNKNOWN, now, why)
 
-    def retried(self, call_id: str, why: str, *, unknown: bool) -> list[RecordExecution]:
+    def retried(
+        self, call_id: str, why: str, *, unknown: bool, executor: str = ""
+    ) -> list[RecordExecution]:
         """The call's execution ended, `why` (FAILED, or OUTCOME_UNKNOWN when nobody can tell
         whether it ran): the call runs again."""
         execution = self._latest.get(call_id)
         if execution is None:
             return []
+        if executor:
+            execution = replace(execution, executor=executor)
         status = ExecutionStatus.OUTCOME_UNKNOWN if unknown else ExecutionStatus.FAILED
         return [self._moved(execution, status, datetime.now(UTC), why)[1]]
 

@@ -56,6 +56,7 @@ class ToolRunner:
         self._workers = workers
         # Calls whose outcome is unknown (why), and executions a run taken up again rejoins.
         self.unknown: dict[str, str] = {}
+        self.executors: dict[str, str] = {}  # of those, the worker that had it
         self._rejoin: dict[str, ToolExecution] = {}
         self._log = log
         self._executions = executions
@@ -137,12 +138,15 @@ class ToolRunner:
             with span("behest.tool", self._attributes(call)) as tool_span:
                 outcome = await self._outcome(call, execution, rejoined)
                 if outcome.next == Next.RETRY:
-                    retried = self._executions.retried(call.id, outcome.why, unknown=outcome.lost)
+                    retried = self._executions.retried(
+                        call.id, outcome.why, unknown=outcome.lost, executor=outcome.executor
+                    )
                     await self._log.emit(state=retried)
                     execution, rejoined = None, False
                     continue
                 if outcome.next == Next.UNKNOWN or outcome.result is None:
                     self.unknown[call.id] = outcome.why
+                    self.executors[call.id] = outcome.executor
                     return
                 result = outcome.result
                 seconds = time.monotonic() - began
@@ -151,7 +155,7 @@ class ToolRunner:
                 finished = ev.ToolExecutionFinished(
                     call.id, call.name, int(seconds * 1000), result.is_error
                 )
-                ended = self._executions.end(call.id, result)
+                ended = self._executions.end(call.id, result, executor=outcome.executor)
                 await self._record(call, result, finished, ended=ended)
                 return
 

@@ -45,7 +45,8 @@ class TurnCalls:
 
     async def _held_unknown(self, calls: list[ToolCall]) -> Waiting | None:
         whys, self._runner.unknown = self._runner.unknown, {}
+        by, self._runner.executors = self._runner.executors, {}
         if not whys:
             return None
         unknown = [c for c in calls if c.id in whys]
-        return await self._waits.hold_unknown(calls, unknown, self._executions, whys)
+        return await self._waits.hold_unknown(calls, unknown, self._executions, whys, by)

@@ -130,6 +130,7 @@ class Waits:
         unknown: Sequence[ToolCall],
         executions: RunExecutions,
         whys: Mapping[str, str] | None = None,
+        executors: Mapping[str, str] | None = None,
     ) -> Waiting:
         """Pause the run until each of `unknown` (calls of the turn `calls` that were
         executing when behest stopped, or whose worker vanished, not idempotent: `whys` by
@@ -139,7 +140,8 @@ class Waits:
         ordinals = {call.id: i for i, call in enumerate(calls)}
         pending, notices, records = [], [], []
         for call in unknown:
-            execution, record = executions.unknown(call, (whys or {}).get(call.id, ""))
+            why, by = (whys or {}).get(call.id, ""), (executors or {}).get(call.id, "")
+            execution, record = executions.unknown(call, why, by)
             self._progress.executing.discard(call.id)
             kind, ordinal = WaitKind.OUTCOME_UNKNOWN, ordinals[call.id]
             pending.append(self._pending(call, kind, ordinal, now, expires, execution.id))

@@ -44,6 +44,7 @@ class CallOutcome:
     result: ToolResult | None = None
     why: str = ""  # what ended the execution, for its record
     lost: bool = False  # its worker vanished: nobody can tell whether it ran
+    executor: str = ""  # the worker that ran it ("" : none did)
 
 
 class WorkerCalls:
@@ -78,15 +79,18 @@ class WorkerCalls:
         are gone since (a run taken up again), the task's own bounds still hold."""
         outcome = await self.hub.outcome(execution.id, rejoined=rejoined)
         task = outcome.task
+        by = f"worker {task.worker_id} ({task.worker_name})" if task.worker_id else ""
         idempotent = execution.idempotent
         if outcome.ending == Ending.LOST:
             why = f"its worker vanished (no heartbeat for {self.hub.settings.lease_s:g} s)"
             if idempotent and execution.attempt < MAX_LOST_ATTEMPTS:
-                return CallOutcome(Next.RETRY, why=f"{why}; it is idempotent: run again", lost=True)
+                retry = f"{why}; it is idempotent: run again"
+                return CallOutcome(Next.RETRY, why=retry, lost=True, executor=by)
             if idempotent:
                 text = f"tool {execution.tool_name!r} was run {execution.attempt} times; {why}"
-                return CallOutcome(Next.RESULT, ToolResult(text, is_error=True), why)
-            return CallOutcome(Next.UNKNOWN, why=f"{why}, and it is not idempotent", lost=True)
+                return CallOutcome(Next.RESULT, ToolResult(text, is_error=True), why, True, by)
+            unknown = f"{why}, and it is not idempotent"
+            return CallOutcome(Next.UNKNOWN, why=unknown, lost=True, executor=by)
         if task.expired:
             text = (
                 f"no worker serves tool {execution.tool_name!r}: none took the call within "
@@ -99,5 +103,6 @@ class WorkerCalls:
                 execution.attempt, initial_s=RETRY_BACKOFF_S, max_s=RETRY_BACKOFF_MAX_S
             )
             await asyncio.sleep(wait)
-            return CallOutcome(Next.RETRY, why="a retryable error; tried again")
-        return CallOutcome(Next.RESULT, ToolResult(truncate(task.output), task.is_error))
+            return CallOutcome(Next.RETRY, why="a retryable error; tried again", executor=by)
+        result = ToolResult(truncate(task.output), task.is_error)
+        return CallOutcome(Next.RESULT, result, executor=by)

@@ -29,6 +29,11 @@ class WorkerHeartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerDrain:
+    """The worker stops: no more tasks for it."""
+
+
+@dataclass(frozen=True, slots=True)
 class ResultAck:
     execution_id: str
     attempt: int
@@ -50,13 +55,13 @@ class WorkerSession:
         self._specs = {spec.name: spec for spec in worker.tools}
 
     async def serve(
-        self, incoming: AsyncIterator[WorkerHeartbeat | TaskResult]
+        self, incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult]
     ) -> AsyncIterator[Task | ResultAck]:
         """What to send the worker, as its messages come in; ends when it hangs up.
         Raises Unavailable when this replica stops."""
         out: asyncio.Queue[object] = asyncio.Queue()
-        reader = asyncio.create_task(self._read(incoming, out))
         dispatcher = asyncio.create_task(self._dispatch(out))
+        reader = asyncio.create_task(self._read(incoming, out, dispatcher))
         stop = asyncio.create_task(self._hub.stopping.wait())
         try:
             while True:
@@ -97,12 +102,17 @@ class WorkerSession:
         await self._hub.disconnect(self.worker)
 
     async def _read(
-        self, incoming: AsyncIterator[WorkerHeartbeat | TaskResult], out: asyncio.Queue[object]
+        self,
+        incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult],
+        out: asyncio.Queue[object],
+        dispatcher: asyncio.Task[None],
     ) -> None:
         async for message in incoming:
             await self._hub.heartbeat(self.worker)
             if isinstance(message, TaskResult):
                 await out.put(await self._hand_in(message))
+            elif isinstance(message, WorkerDrain):
+                dispatcher.cancel()
         await out.put(_END)
 
     async def _dispatch(self, out: asyncio.Queue[object]) -> None:

@@ -148,6 +148,7 @@ class Stream:
         """Once the worker stops, nothing runs and the last acks came (or not in time):
         half-close the stream; nothing is written on it after."""
         await self._stopping.wait()
+        await self._write(_wire.DRAIN)  # no more tasks; those in hand go on
         await self._tasks.finished()  # their results go out as they finish (_send)
         try:
             await asyncio.wait_for(self._tasks.settled(), ACK_WAIT_S)

@@ -68,6 +68,7 @@ def hello(name: str, tools: Iterable[WorkerTool], max_tasks: int) -> worker_pb2.
 
 
 HEARTBEAT = worker_pb2.WorkerMessage(heartbeat=worker_pb2.WorkerHeartbeat())
+DRAIN = worker_pb2.WorkerMessage(drain=worker_pb2.WorkerDrain())
 
 
 def result(execution_id: str, attempt: int, outcome: Outcome) -> worker_pb2.WorkerMessage:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import types
@@ -88,7 +89,9 @@ class Worker:
         if max_tasks < 1:
             raise ValueError("max_tasks must be at least 1")
         self.address = address
-        self.name = name or socket.gethostname()
+        # A name is the worker's identity to the server (a reconnection under it takes over
+        # its tasks): one of its own per process.
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.max_tasks = max_tasks
         self.metadata = tuple(metadata)
         self._token = ""

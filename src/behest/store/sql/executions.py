@@ -35,6 +35,7 @@ _UPDATE_EXECUTION = (
     .where(_x.id == sa.bindparam("b_id"))
     .values(
         status=sa.bindparam("b_status"),
+        executor=sa.bindparam("b_executor"),
         ended_at=sa.bindparam("b_ended_at"),
         result=sa.bindparam("b_result"),
         is_error=sa.bindparam("b_is_error"),
@@ -86,6 +87,7 @@ def _changes(execution: ToolExecution) -> dict[str, Any]:
     return {
         "b_id": execution.id,
         "b_status": int(execution.status),
+        "b_executor": execution.executor,
         "b_ended_at": execution.ended_at,
         "b_result": execution.result,
         "b_is_error": execution.is_error,

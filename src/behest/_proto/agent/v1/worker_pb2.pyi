@@ -164,30 +164,53 @@ class WorkerResult(_message.Message):
 Global___WorkerResult: _TypeAlias = WorkerResult  # noqa: Y015
 
 @_typing.final
+class WorkerDrain(_message.Message):
+    """The worker is stopping: send it no more tasks (those in hand still run; their results are
+    taken as ever), then it half-closes the stream.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerDrain: _TypeAlias = WorkerDrain  # noqa: Y015
+
+@_typing.final
 class WorkerMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HELLO_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___WorkerHello: ...
     @_builtins.property
     def heartbeat(self) -> Global___WorkerHeartbeat: ...
     @_builtins.property
     def result(self) -> Global___WorkerResult: ...
+    @_builtins.property
+    def drain(self) -> Global___WorkerDrain: ...
     def __init__(
         self,
         *,
         hello: Global___WorkerHello | None = ...,
         heartbeat: Global___WorkerHeartbeat | None = ...,
         result: Global___WorkerResult | None = ...,
+        drain: Global___WorkerDrain | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "heartbeat", "result"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "heartbeat", "result", "drain"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 
