@@ -71,6 +71,7 @@ AGENT_SERVICES = (
     "agent.v1.ToolService",
     "agent.v1.ProviderService",
     "agent.v1.ToolExecutionService",
+    "agent.v1.WorkerService",
 )
 RUN_RPCS = (
     "CreateRun",
@@ -1138,6 +1139,21 @@ async def test_reconciling_an_outcome_unknown_completes_the_run_with_the_output(
     assert kind(events[-1]) == "run_completed"
     [reconciled] = [e for e in events if kind(e) == "tool_execution_reconciled"]
     assert reconciled.tool_execution_reconciled.verdict == 1  # RECONCILE_VERDICT_RAN
+
+
+@runs("agent.v1.WorkerService/Connect")
+async def test_a_worker_says_hello_and_a_bad_hello_is_invalid_argument(recipes: Recipes) -> None:
+    key = "agent.v1.WorkerService/Connect"
+    hello = await recipes.run(key)
+    assert hello.code == 0, hello.stderr
+    welcome = field(hello.json(), "welcome")
+    assert field(welcome, "worker_id") and field(welcome, "heartbeat_interval_s") > 0
+    recipe = recipes.by_key[key]
+    assert recipe.data is not None
+    tool = recipe.data["hello"]["tools"][0]
+    twice = await recipes.run(key, hello={**recipe.data["hello"], "tools": [tool, tool]})
+    assert twice.code == 64 + grpc.StatusCode.INVALID_ARGUMENT.value[0], twice.stderr
+    assert "declared twice" in twice.stderr
 
 
 # --- compaction and snapshots ---------------------------------------------------------------
