@@ -5,6 +5,7 @@ the words of its timeline, which are the terminal's."""
 from __future__ import annotations
 
 import io
+import re
 import ssl
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from behest.cli.render import EventPrinter
 from behest.client import Approval, BehestClient, Decision
 from behest.config import Settings
 from tests.certs import CertificateAuthority
+from tests.e2e.test_outcome_unknown import until_unknown
+from tests.e2e.test_resume import interrupt_during_tool
 from tests.support import (
     collect,
     create_request,
@@ -26,6 +29,7 @@ from tests.support import (
     kind,
     script,
     start_server,
+    start_server_with_plugins,
     stop_server,
 )
 from tests.web_support import (
@@ -33,6 +37,7 @@ from tests.web_support import (
     AUTH,
     BOB,
     CAROL,
+    Inspector,
     bearer,
     fetch,
     inspector,
@@ -261,3 +266,40 @@ async def test_the_timeline_says_each_event_in_the_terminals_words(tmp_path: Pat
         assert said[2] == "✗ calculator denied by alice: not today"
         for line in said:
             assert str(escape(line)) in page.body, line
+
+
+async def test_an_outcome_unknown_is_reconciled_from_the_run_page(tmp_path: Path) -> None:
+    steps = script(
+        {"tool_calls": [{"name": "slow_unsafe", "arguments": {"seconds": 1}}]},
+        {"say": "tool_results"},
+    )
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)  # it runs as `anonymous` of default
+    server = await start_server_with_plugins(fast_settings(tmp_path, http_listen="127.0.0.1:0"))
+    web = Inspector(server)
+    try:
+        await until_unknown(server, run_id)
+        cookies = await session_cookie(web.base, "")
+        page = await fetch(f"{web.base}/runs/{run_id}", cookies=cookies)
+        assert "its outcome is unknown" in page.body and "slow_unsafe" in page.body
+        assert "outcome_unknown" in page.body  # the executions table
+        execution = re.search(r'name="execution_id" value="([0-9a-f-]+)"', page.body)
+        assert execution is not None
+        form = {
+            "csrf": page.csrf(),
+            "kind": "reconcile",
+            "call_id": "call_1_1",
+            "execution_id": execution.group(1),
+            "verdict": "ran",
+            "output": "slept, the backend says",
+        }
+        answered = await fetch(f"{web.base}/runs/{run_id}/answer", cookies=cookies, form=form)
+        assert answered.status == 303, answered.body
+        events = await collect(server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+        after = await fetch(f"{web.base}/runs/{run_id}", cookies=cookies)
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert said == "slow_unsafe: slept, the backend says"
+    assert "reconciled (ran)" in after.body

@@ -12,6 +12,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from behest.api.answers import MAX_CALL_ID_BYTES, MAX_REASON_BYTES, MAX_RESULT_BYTES
+from behest.api.fields import uuid_field
+from behest.domain.callers import Caller
+from behest.domain.executions import Verdict
 from behest.domain.waits import Answer, Decision, WaitKind
 from behest.errors import InvalidArgument, Unauthenticated
 from behest.runs.operations import Operations
@@ -53,15 +56,17 @@ class Actions:
         return RedirectResponse(f"/runs/{run_id}", status_code=303)
 
     async def answer(self, request: Request) -> Response:
-        """A decision on an approval (allow, deny, always; a reason) or a client tool's
-        result (its output; whether it is an error)."""
+        """A decision on an approval (allow, deny, always; a reason), a client tool's result
+        (its output; whether it is an error), or a verdict on an outcome unknown."""
         caller = self._gate.caller(request)
         form = await self._gate.checked_form(request)
         run_id = str(request.path_params["run_id"])
         call_id = _text(form, "call_id", MAX_CALL_ID_BYTES)
         if not call_id:
             raise InvalidArgument("call_id is required")
-        if form.get("kind") == "client_tool":
+        if form.get("kind") == "reconcile":
+            await self._reconcile(caller, form)
+        elif form.get("kind") == "client_tool":
             output = _text(form, "output", MAX_RESULT_BYTES)
             answer = Answer(call_id=call_id, text=output, is_error=form.get("is_error") == "on")
             await self._runs.answer(caller, run_id, [answer], WaitKind.CLIENT_TOOL)
@@ -73,6 +78,25 @@ class Actions:
             answer = Answer(call_id=call_id, decision=decision, text=reason)
             await self._runs.answer(caller, run_id, [answer], WaitKind.APPROVAL)
         return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def _reconcile(self, caller: Caller, form: FormData) -> None:
+        """A verdict on an execution whose outcome is unknown, as ReconcileToolExecution."""
+        verdict = _VERDICTS.get(str(form.get("verdict", "")))
+        if verdict is None:
+            raise InvalidArgument("verdict must be ran, did_not_run or give_up")
+        execution_id = uuid_field(_text(form, "execution_id", MAX_CALL_ID_BYTES), "execution_id")
+        ran = verdict == Verdict.RAN
+        text = (
+            _text(form, "output", MAX_RESULT_BYTES)
+            if ran
+            else _text(form, "reason", MAX_REASON_BYTES)
+        )
+        is_error = ran and form.get("is_error") == "on"
+        answer = Answer(call_id="", verdict=verdict, text=text, is_error=is_error)
+        await self._runs.reconcile(caller, execution_id, answer)
+
+
+_VERDICTS = {"ran": Verdict.RAN, "did_not_run": Verdict.DID_NOT_RUN, "give_up": Verdict.GIVE_UP}
 
 
 def _text(form: FormData, name: str, max_bytes: int) -> str:

@@ -108,6 +108,7 @@ class Pages:
             run=run,
             items=views.timeline(events, context),
             children=await self._runs.child_runs(caller, run_id),
+            executions=await self._runs.tool_executions(caller, run_id),
             pending=await self._runs.pending_calls(caller, run_id) if waiting else [],
             approval=WaitKind.APPROVAL,
             pages=_pages(after, last_page),
