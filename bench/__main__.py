@@ -28,13 +28,13 @@ from typing import Any
 from behest import event_loop
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.config import Settings
-from bench import children, items
+from bench import children, items, workers
 from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
 from tests.stored import fresh_database
 
 RESULTS = ROOT / "bench" / "results"
-ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
+ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
 NAMES = {
     "1": "floors",
     "2": "one long run",
@@ -45,9 +45,10 @@ NAMES = {
     "7": "PostgreSQL (items 2-5)",
     "8": "bearer auth",
     "9": "replicas on PostgreSQL",
+    "10": "worker tools",
 }
 # Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
-NEEDS_FLOORS = {"2", "3", "4", "7"}
+NEEDS_FLOORS = {"2", "3", "4", "7", "10"}
 USE_UVLOOP = Settings.load().use_uvloop
 POSTGRES_ENV = ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL")
 
@@ -524,6 +525,35 @@ async def run(suite: Suite) -> None:
         await guarded(suite, {"8"}, run_auth(suite))
     if "9" in suite.only:
         await run_replicas(suite)
+    if "10" in suite.only:
+        await guarded(suite, {"10"}, run_workers(suite))
+
+
+async def run_workers(suite: Suite) -> None:
+    """Item 10: worker tools' round trips and calls/s against the in-process calculator's."""
+    with tempfile.TemporaryDirectory(prefix="behest-bench-") as data_dir:
+        server = await children.start_behest(Path(data_dir))
+        async with children.running(server), items.channel(server.address) as ch:
+            await items.warm_up(rpc.RunServiceStub(ch))
+            result = await suite.item("10", lambda: workers.measure(server.address))
+    suite.results["10"] = {"name": NAMES["10"], "store": "sqlite", **result}
+    if "error" in result:
+        return
+    unary = suite.floor("unary_rtt_median_ms")
+    overhead = result["overhead_p50_ms"]
+    rate = result["worker_calls_per_s"]
+    calc, worker = result["calculator"], result["worker"]
+    suite.rows += [
+        Row("10", "in-process calculator round trip p50 / p99", calc["p50_ms"], "ms",
+            f"p99 {calc['p99_ms']:.2f} ms"),
+        Row("10", "worker tool round trip p50 / p99", worker["p50_ms"], "ms",
+            f"p99 {worker['p99_ms']:.2f} ms"),
+        Row("10", "worker tool overhead (p50 - calculator p50)", overhead, "ms",
+            "≤ 3x unary", _ratio(overhead, unary), unary is not None and overhead <= 3 * unary),
+        Row("10", f"worker tool calls/s, {result['workers']} workers", rate, "calls/s",
+            "≥ 0.5x in-process", _ratio(rate, result["calculator_calls_per_s"]),
+            rate >= 0.5 * result["calculator_calls_per_s"]),
+    ]  # fmt: skip
 
 
 async def guarded(suite: Suite, keys: set[str], step: Awaitable[None]) -> None:
