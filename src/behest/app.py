@@ -41,6 +41,7 @@ from behest.runs.worker_hub import HubSettings, WorkerHub
 from behest.store.sql.channel import Channel
 from behest.store.sql.sqlite_lock import sqlite_lock
 from behest.store.sql.store import SqlStore
+from behest.tools.base import ToolPolicy
 from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
 from behest.tools.plugins import plugin_tools
@@ -324,9 +325,13 @@ async def _serve(settings: Settings) -> str:
 
 def _tools(settings: Settings) -> ToolRegistry:
     """The built-in tools and, when allowed, the installed plugins' (MCP tools join at start)."""
+    policies = {
+        name: ToolPolicy(**table.model_dump()) for name, table in settings.tool_policies.items()
+    }
     tools = ToolRegistry(
         builtin_tools(read_file_root=settings.read_file_root),
         approval_required=settings.approval_required_tools,
+        policies=policies,
     )
     if settings.load_tool_plugins:
         for tool in plugin_tools():

@@ -9,7 +9,8 @@ fields by name and enums by `.name`, and imports neither.
     line("tool_execution_finished", payload)  →  "← lookup finished in 12 ms"
 
 A line starts with a mark: → something starts, ← it ends, ? the run waits for someone,
-✓ / ✗ how a run or a decision ended, ! something went wrong, · bookkeeping.
+✓ / ✗ how a run or a decision ended, ! something went wrong, ↻ a call runs again,
+· bookkeeping.
 """
 
 from __future__ import annotations
@@ -176,6 +177,11 @@ def _reconciled(p: Any) -> str:
     return f"✓ {p.tool_name} reconciled, {how}{by(p.reconciled_by)}{why}"
 
 
+def _retry(p: Any) -> str:
+    why = f": {p.reason}" if p.reason else ""
+    return f"↻ {p.tool_name} runs again as attempt {p.next_attempt}{why}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -209,6 +215,7 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "output_rejected": _output_rejected,
     "tool_outcome_unknown": _outcome_unknown,
     "tool_execution_reconciled": _reconciled,
+    "tool_retry_scheduled": _retry,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})

@@ -364,3 +364,30 @@ async def test_a_tool_that_does_not_ask_for_a_context_runs_as_before(server: Ser
         server, {"tool_calls": [call("slow_unsafe", seconds=0)]}, {"say": "tool_results"}
     )
     assert answer(events) == "slow_unsafe: slept 0"
+
+
+async def test_a_retryable_error_runs_the_call_again_as_its_policy_allows(tmp_path: Path) -> None:
+    policies = {"flaky": {"max_attempts": 3, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}}
+    server = await start_server_with_plugins(fast_settings(tmp_path, tool_policies=policies))
+    try:
+        calls = [
+            {"name": "flaky", "arguments": {"key": key, "fail_times": fails}}
+            for key, fails in (("twice", 2), ("always", 5))
+        ]
+        steps = script({"tool_calls": calls}, {"say": "tool_results"})
+        events = await collect(server.runs.CreateRunStream(create_request(steps, model="script")))
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    starts = [e.tool_execution_started for e in events if kind(e) == "tool_execution_started"]
+    assert [(s.call_id, s.attempt) for s in starts] == [
+        ("call_1_1", 1), ("call_1_1", 2), ("call_1_1", 3),
+        ("call_1_2", 1), ("call_1_2", 2), ("call_1_2", 3),
+    ]  # fmt: skip
+    retries = [e.tool_retry_scheduled for e in events if kind(e) == "tool_retry_scheduled"]
+    assert [r.next_attempt for r in retries] == [2, 3, 2, 3]
+    assert "the backend is busy" in retries[0].reason
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    # The model sees one result per call: the last attempt's.
+    assert said.count("flaky:") == 2
+    assert "done at call 3" in said and "the backend is busy (call 3)" in said

@@ -319,3 +319,35 @@ async def test_serving_and_reconciling_need_their_roles_when_configured(tmp_path
     assert "'worker'" in (refused.value.details() or "")
     # An execution the caller cannot see is not found before any role is asked for.
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_workers_retryable_error_is_tried_again_as_its_tool_declares(
+    tmp_path: Path,
+) -> None:
+    twice = w.WorkerToolSpec(
+        name="lookup_order",
+        description="Look an order up.",
+        parameters_schema=LOOKUP.parameters_schema,
+        idempotent=True,
+        max_attempts=2,
+    )
+    server = await start_server(fast(tmp_path))
+    worker = RawWorker(server.channel, [twice])
+    try:
+        await worker.welcome()
+        steps = script({"tool_calls": [CALL]}, {"say": "tool_results"})
+        stream = server.runs.CreateRunStream(create_request(steps, model="script"))
+        first = await worker.next()
+        await worker.result(first, "the shop is busy", is_error=True, retryable=True)
+        second = await worker.next()
+        await worker.result(second, "shipped")
+        events = await collect(stream)
+    finally:
+        await worker.close()
+        await stop_server(server)
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert first.idempotency_key == second.idempotency_key
+    [retry] = [e.tool_retry_scheduled for e in events if kind(e) == "tool_retry_scheduled"]
+    assert retry.next_attempt == 2 and "the shop is busy" in retry.reason
+    said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert said == "lookup_order: shipped"

@@ -7,7 +7,7 @@ import dataclasses
 import json
 from typing import Any, ClassVar
 
-from behest.tools.base import FunctionTool, Tool, ToolResult
+from behest.tools.base import FunctionTool, RetryableToolError, Tool, ToolResult
 from behest.tools.context import ToolContext, current_tool_context
 
 SECONDS = {
@@ -37,6 +37,19 @@ async def _not_text(arguments: dict[str, Any]) -> Any:
 
 async def _binary(arguments: dict[str, Any]) -> ToolResult:
     return ToolResult("\x7fELF\x00\x01")
+
+
+# Calls of `flaky` so far, by its `key` argument (one process's count).
+_FLAKY_CALLS: dict[str, int] = {}
+
+
+async def _flaky(arguments: dict[str, Any]) -> str:
+    """Fails with a retryable error `fail_times` times for one `key`, then answers."""
+    key = arguments["key"]
+    _FLAKY_CALLS[key] = _FLAKY_CALLS.get(key, 0) + 1
+    if _FLAKY_CALLS[key] <= arguments["fail_times"]:
+        raise RetryableToolError(f"the backend is busy (call {_FLAKY_CALLS[key]})")
+    return f"done at call {_FLAKY_CALLS[key]}"
 
 
 def _described(context: ToolContext | None) -> str:
@@ -120,6 +133,17 @@ def all_tools() -> list[Tool]:
         ),
         FunctionTool(name="not_text", description="Returns a number.", function=_not_text),
         FunctionTool(name="binary", description="Returns a NUL byte.", function=_binary),
+        FunctionTool(
+            name="flaky",
+            description="Fails with a retryable error `fail_times` times, then answers.",
+            parameters_schema={
+                "type": "object",
+                "properties": {"key": {"type": "string"}, "fail_times": {"type": "integer"}},
+                "required": ["key", "fail_times"],
+            },
+            function=_flaky,
+            idempotent=True,
+        ),
         FunctionTool(
             name="guarded",
             description="Sleeps; every call needs an approval first.",

@@ -84,6 +84,9 @@ EVERY_KIND: list[ev.Payload] = [
         attempt=1,
         expires_at=datetime(2026, 12, 2, 10, 0, tzinfo=UTC),
     ),
+    ev.ToolRetryScheduled(
+        call_id="call_6", tool_name="lookup", execution_id=new_id(), next_attempt=2, reason="x ✓"
+    ),
     ev.ToolExecutionReconciled(
         execution_id=new_id(),
         call_id="call_5",

@@ -50,6 +50,7 @@ SAMPLES: list[ev.Payload] = [
     ev.OutputRejected("missing property 'name'", repairing=True),
     ev.ToolOutcomeUnknown("x-1", "call-1", "send_mail", 1, WHEN),
     ev.ToolExecutionReconciled("x-1", "call-1", "send_mail", Verdict.GIVE_UP, "alice", "no log"),
+    ev.ToolRetryScheduled("call-1", "lookup", "x-2", 2, "a retryable error"),
 ]
 
 

@@ -29,6 +29,7 @@ SHOWN = frozenset(
         "output_rejected",
         "tool_outcome_unknown",
         "tool_execution_reconciled",
+        "tool_retry_scheduled",
     }
 )
 # The exit code each terminal event gives.

@@ -72,6 +72,7 @@ from behest.client._events import (
     ToolExecutionStarted,
     ToolMessageCommitted,
     ToolOutcomeUnknown,
+    ToolRetryScheduled,
     UsageRecorded,
 )
 from behest.client._options import ClientToolSpec, RunOptions
@@ -188,6 +189,7 @@ __all__ = [
     "ToolFunction",
     "ToolMessageCommitted",
     "ToolOutcomeUnknown",
+    "ToolRetryScheduled",
     "ToolSpec",
     "Unauthenticated",
     "Unavailable",

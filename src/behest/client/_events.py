@@ -291,6 +291,17 @@ class ToolExecutionReconciled:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolRetryScheduled:
+    """A tool call runs again as its next attempt; the model sees only the last result."""
+
+    call_id: str = ""
+    tool_name: str = ""
+    execution_id: str = ""
+    next_attempt: int = 0
+    reason: str = ""
+
+
 EventData = (
     RunStarted
     | ContextBuilt
@@ -322,6 +333,7 @@ EventData = (
     | OutputRejected
     | ToolOutcomeUnknown
     | ToolExecutionReconciled
+    | ToolRetryScheduled
 )
 
 

@@ -33,6 +33,7 @@ from behest.config.tables import (
     TenantLimits,
     TlsSettings,
     TokenConfig,
+    ToolPolicyTable,
 )
 from behest.providers.config import ProviderConfig, ProviderName, ProviderTable
 from behest.providers.retry import RetryPolicy
@@ -149,6 +150,9 @@ class Settings(BaseSettings):
     # approval or a client tool call waits by default before it is denied or errs. A run may
     # set its own timeouts, up to max_wait_s.
     approval_required_tools: tuple[str, ...] = ()
+    # How the named built-in, plugin or MCP tools' calls are retried and bounded: the
+    # [tool_policies.NAME] tables (max_attempts, backoff_initial_s, backoff_max_s, timeout_s).
+    tool_policies: dict[str, ToolPolicyTable] = Field(default_factory=dict)
     approval_timeout_s: float = Field(default=86_400.0, gt=0)
     client_tool_timeout_s: float = Field(default=600.0, gt=0)
     # A run whose tool was cut by a stop and is not idempotent waits this long for the

@@ -115,3 +115,16 @@ class TenantLimits(BaseModel):
     run_max_cost: Amount | None = None
     daily_max_tokens: int | None = Field(default=None, ge=0)
     daily_max_cost: Amount | None = None
+
+
+class ToolPolicyTable(BaseModel):
+    """A `[tool_policies.NAME]` table: how a built-in, plugin or MCP tool's calls are retried
+    (a call whose result is a retryable error runs again, up to max_attempts executions) and
+    how long each attempt may run (0: the tool's own timeout)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(default=1, ge=1, le=10)
+    backoff_initial_s: float = Field(default=0.5, ge=0, le=3600, allow_inf_nan=False)
+    backoff_max_s: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
+    timeout_s: float = Field(default=0.0, ge=0, le=86_400, allow_inf_nan=False)

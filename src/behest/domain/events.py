@@ -227,6 +227,17 @@ class ToolExecutionReconciled:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolRetryScheduled:
+    """A tool call runs again as its next attempt; the model sees only the last result."""
+
+    call_id: str
+    tool_name: str
+    execution_id: str
+    next_attempt: int
+    reason: str = ""
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -258,6 +269,7 @@ Payload = (
     | ReasoningDelta
     | ToolOutcomeUnknown
     | ToolExecutionReconciled
+    | ToolRetryScheduled
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -293,6 +305,7 @@ KINDS: dict[type[Payload], str] = {
     ReasoningDelta: "reasoning_delta",
     ToolOutcomeUnknown: "tool_outcome_unknown",
     ToolExecutionReconciled: "tool_execution_reconciled",
+    ToolRetryScheduled: "tool_retry_scheduled",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 from opentelemetry.trace import Span
 
+from behest.backoff import backoff_s
 from behest.domain import events as ev
 from behest.domain.executions import ToolExecution
 from behest.domain.messages import Role, ToolCall
@@ -34,6 +35,7 @@ from behest.store.writes import AppendMessage, EnqueueTask, RecordExecution
 from behest.tools.base import ToolResult
 from behest.tools.context import ToolContext
 from behest.tools.registry import WORKER, ToolRegistry
+from behest.wording import shorten
 
 
 class ToolRunner:
@@ -138,10 +140,7 @@ class ToolRunner:
             with span("behest.tool", self._attributes(call)) as tool_span:
                 outcome = await self._outcome(call, execution, rejoined)
                 if outcome.next == Next.RETRY:
-                    retried = self._executions.retried(
-                        call.id, outcome.why, unknown=outcome.lost, executor=outcome.executor
-                    )
-                    await self._log.emit(state=retried)
+                    await self._retry(call, execution, outcome)
                     execution, rejoined = None, False
                     continue
                 if outcome.next == Next.UNKNOWN or outcome.result is None:
@@ -158,6 +157,18 @@ class ToolRunner:
                 ended = self._executions.end(call.id, result, executor=outcome.executor)
                 await self._record(call, result, finished, ended=ended)
                 return
+
+    async def _retry(self, call: ToolCall, execution: ToolExecution, outcome: CallOutcome) -> None:
+        """End the execution (durably, with ToolRetryScheduled), then wait for the next."""
+        ended = self._executions.retried(
+            call.id, outcome.why, unknown=outcome.lost, executor=outcome.executor
+        )
+        scheduled = ev.ToolRetryScheduled(
+            call.id, call.name, execution.id, execution.attempt + 1, outcome.why
+        )
+        await self._log.emit(scheduled, state=ended)
+        if outcome.delay_s:
+            await asyncio.sleep(outcome.delay_s)
 
     async def _start(self, call: ToolCall) -> ToolExecution:
         """A new execution of the call, durable (with its task, for a worker tool) before
@@ -194,6 +205,12 @@ class ToolRunner:
             result = await self._spawn(call)
         elif call.name in self._offered or self._tools.get(call.name) is None:
             result = await self._tools.execute(call, tool_context(progress.run, execution))
+            policy = self._tools.policy(call.name)
+            if result.retryable and execution.attempt < policy.max_attempts:
+                why = f"a retryable error: {shorten(result.text, 200)}"
+                initial, cap = policy.backoff_initial_s, policy.backoff_max_s
+                wait = backoff_s(execution.attempt, initial_s=initial, max_s=cap)
+                return CallOutcome(Next.RETRY, why=why, delay_s=wait)
         else:
             result = ToolResult(f"tool {call.name!r} is not available in this run", True)
         return CallOutcome(Next.RESULT, result)

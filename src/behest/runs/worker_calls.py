@@ -12,7 +12,6 @@ and what its outcome means for the call.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from behest.runs.worker_hub import Ending, WorkerHub
 from behest.runs.worker_tools import WorkerTool
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
+from behest.wording import shorten
 
 # How often a call of an idempotent tool is run again after its worker vanished.
 MAX_LOST_ATTEMPTS = 5
@@ -45,6 +45,7 @@ class CallOutcome:
     why: str = ""  # what ended the execution, for its record
     lost: bool = False  # its worker vanished: nobody can tell whether it ran
     executor: str = ""  # the worker that ran it ("" : none did)
+    delay_s: float = 0.0  # with RETRY: the wait before the next attempt
 
 
 class WorkerCalls:
@@ -102,7 +103,7 @@ class WorkerCalls:
             wait = backoff_s(
                 execution.attempt, initial_s=RETRY_BACKOFF_S, max_s=RETRY_BACKOFF_MAX_S
             )
-            await asyncio.sleep(wait)
-            return CallOutcome(Next.RETRY, why="a retryable error; tried again", executor=by)
+            why = f"a retryable error: {shorten(task.output, 200)}"
+            return CallOutcome(Next.RETRY, why=why, executor=by, delay_s=wait)
         result = ToolResult(truncate(task.output), task.is_error)
         return CallOutcome(Next.RESULT, result, executor=by)

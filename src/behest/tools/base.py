@@ -17,10 +17,29 @@ DEFAULT_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What the model sees of a tool call; `is_error` marks failures it should react to."""
+    """What the model sees of a tool call; `is_error` marks failures it should react to, and
+    `retryable` an error worth another attempt (made when the tool's policy allows one:
+    [tool_policies.NAME] max_attempts; the model then sees only the last attempt's result)."""
 
     text: str
     is_error: bool = False
+    retryable: bool = False
+
+
+class RetryableToolError(Exception):
+    """Raised by a tool: an error result that is worth another attempt (ToolResult.retryable)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPolicy:
+    """How a tool's calls are retried: at most `max_attempts` executions of one call, the
+    next after a backoff (backoff.py: full jitter from `backoff_initial_s`, capped at
+    `backoff_max_s`); `timeout_s` (0: the tool's own) bounds each attempt."""
+
+    max_attempts: int = 1
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 10.0
+    timeout_s: float = 0.0
 
 
 @runtime_checkable

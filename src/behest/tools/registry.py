@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from jsonschema.exceptions import SchemaError
 from behest import bounded_json
 from behest.domain.messages import ToolCall, ToolDefinition
 from behest.errors import describe
-from behest.tools.base import Tool, ToolResult
+from behest.tools.base import RetryableToolError, Tool, ToolPolicy, ToolResult
 from behest.tools.context import Passing, ToolContext, call_with, passing, serving
 from behest.tools.output import truncate
 
@@ -25,6 +25,7 @@ from behest.tools.output import truncate
 MAX_ARGUMENT_BYTES = 1024 * 1024
 # Argument validators kept, one per schema (the registry's tools, client tools, spawn_agent).
 VALIDATORS_KEPT = 1024
+_ONE_ATTEMPT = ToolPolicy()
 # Where a tool came from (ToolRegistry.source).
 BUILTIN, PLUGIN, MCP, WORKER = "builtin", "plugin", "mcp", "worker"
 
@@ -42,10 +43,13 @@ class ToolRegistry:
         *,
         source: str = BUILTIN,
         approval_required: Iterable[str] = (),
+        policies: Mapping[str, ToolPolicy] | None = None,
     ) -> None:
         """`approval_required`: names of tools whose every call needs an approval (the
-        settings' approval_required_tools), besides those whose definition asks for one."""
+        settings' approval_required_tools), besides those whose definition asks for one;
+        `policies`: how the named tools' calls are retried and bounded ([tool_policies])."""
         self._approval_required = frozenset(approval_required)
+        self._policies = dict(policies or {})
         self._tools: dict[str, Tool] = {}
         self._sources: dict[str, str] = {}
         # Each tool's schema as the validator cache's key, made once (not per call).
@@ -85,6 +89,10 @@ class ToolRegistry:
             return {}, f"tool {call.name!r} not found"
         return self._arguments(call)
 
+    def policy(self, name: str) -> ToolPolicy:
+        """How the tool's calls are retried (the default: one attempt)."""
+        return self._policies.get(name, _ONE_ATTEMPT)
+
     def names(self) -> list[str]:
         return sorted(self._tools)
 
@@ -115,22 +123,26 @@ class ToolRegistry:
         arguments, problem = self._arguments(call)
         if problem:
             return ToolResult(problem, is_error=True)
+        timeout_s = self.policy(call.name).timeout_s or tool.timeout_s
         if context is not None:
-            deadline = datetime.now(UTC) + timedelta(seconds=tool.timeout_s)
+            deadline = datetime.now(UTC) + timedelta(seconds=timeout_s)
             context = dataclasses.replace(context, deadline=deadline)
         try:
             with serving(context):
                 running = call_with(tool, self._passing[call.name], arguments, context)
-                result = await asyncio.wait_for(running, tool.timeout_s)
+                result = await asyncio.wait_for(running, timeout_s)
         except TimeoutError:
-            return ToolResult(f"tool {call.name!r} timed out after {tool.timeout_s:g} s", True)
+            return ToolResult(f"tool {call.name!r} timed out after {timeout_s:g} s", True)
+        except RetryableToolError as exc:
+            return ToolResult(f"tool {call.name!r} failed: {describe(exc)}", True, retryable=True)
         except Exception as exc:  # a tool's crash is the model's to react to, not the run's
             return ToolResult(f"tool {call.name!r} failed: {describe(exc)}", True)
         if isinstance(result, str):
             result = ToolResult(result)
         if not isinstance(result, ToolResult) or not isinstance(result.text, str):
             return ToolResult(f"tool {call.name!r} returned invalid output (not text)", True)
-        return ToolResult(truncate(result.text), result.is_error)
+        retryable = result.is_error and result.retryable
+        return ToolResult(truncate(result.text), result.is_error, retryable)
 
     def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str]:
         return _check(call, _validator(self._schema_keys[call.name]))
