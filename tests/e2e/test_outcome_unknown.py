@@ -219,3 +219,65 @@ async def test_refused_reconciles_change_nothing(tmp_path: Path) -> None:
     assert execution.result == "done"
     assert finished.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert unknown_id.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def cut_checked_call(tmp_path: Path, check: str) -> tuple[Server, str]:
+    """A run whose slow_checked call (its check will say `check`) was cut by a shutdown."""
+    call = {"name": "slow_checked", "arguments": {"seconds": 5, "check": check}}
+    steps = script({"tool_calls": [call]}, {"say": "tool_results"})
+    first = await start_server_with_plugins(fast_settings(tmp_path))
+    run_id = await interrupt_during_tool(first, steps)
+    return await start_server_with_plugins(fast_settings(tmp_path)), run_id
+
+
+@pytest.mark.parametrize(
+    ("check", "said", "attempts"),
+    [
+        ("ran", "slow_checked: the backend says attempt 1 ran", [1]),
+        ("did_not_run", "slow_checked: ran at attempt 2", [1, 2]),
+    ],
+)
+async def test_a_tools_check_reconciles_before_anyone_is_asked(
+    tmp_path: Path, check: str, said: str, attempts: list[int]
+) -> None:
+    server, run_id = await cut_checked_call(tmp_path, check)
+    try:
+        events = await events_of(server, run_id)
+        listed = await executions(server).ListToolExecutions(
+            x.ListToolExecutionsRequest(run_id=run_id)
+        )
+    finally:
+        await stop_server(server)
+    kinds = [kind(e) for e in events]
+    assert kind(events[-1]) == "run_completed"
+    assert "tool_outcome_unknown" not in kinds  # nobody was asked
+    [reconciled] = [
+        e.tool_execution_reconciled for e in events if kind(e) == "tool_execution_reconciled"
+    ]
+    assert reconciled.reconciled_by == "the check of slow_checked"
+    text = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert text == said
+    starts = [
+        e.tool_execution_started.attempt for e in events if kind(e) == "tool_execution_started"
+    ]
+    assert starts == attempts
+    assert listed.executions[0].status == x.TOOL_EXECUTION_STATUS_RECONCILED
+
+
+async def test_a_check_that_cannot_tell_leaves_it_to_a_person(tmp_path: Path) -> None:
+    server, run_id = await cut_checked_call(tmp_path, "unknown")
+    try:
+        unknown = (await until_unknown(server, run_id)).tool_outcome_unknown
+        await executions(server).ReconcileToolExecution(
+            x.ReconcileToolExecutionRequest(
+                execution_id=unknown.execution_id, verdict=x.RECONCILE_VERDICT_GIVE_UP
+            )
+        )
+        events = await events_of(server, run_id)
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    [reconciled] = [
+        e.tool_execution_reconciled for e in events if kind(e) == "tool_execution_reconciled"
+    ]
+    assert reconciled.reconciled_by == "anonymous"

@@ -7,7 +7,7 @@ import dataclasses
 import json
 from typing import Any, ClassVar
 
-from behest.tools.base import FunctionTool, RetryableToolError, Tool, ToolResult
+from behest.tools.base import FunctionTool, RetryableToolError, Tool, ToolResult, Verified
 from behest.tools.context import ToolContext, current_tool_context
 
 SECONDS = {
@@ -50,6 +50,22 @@ async def _flaky(arguments: dict[str, Any]) -> str:
     if _FLAKY_CALLS[key] <= arguments["fail_times"]:
         raise RetryableToolError(f"the backend is busy (call {_FLAKY_CALLS[key]})")
     return f"done at call {_FLAKY_CALLS[key]}"
+
+
+async def _check(arguments: dict[str, Any], context: ToolContext) -> Verified | None:
+    """slow_checked's check: what its `check` argument says (ran, did_not_run, or unknown)."""
+    said = arguments["check"]
+    if said == "ran":
+        return Verified(True, ToolResult(f"the backend says attempt {context.attempt} ran"))
+    if said == "did_not_run":
+        return Verified(False)
+    return None
+
+
+async def _sleep_once(arguments: dict[str, Any], context: ToolContext) -> str:
+    """Sleeps at its first attempt only."""
+    await asyncio.sleep(arguments["seconds"] if context.attempt == 1 else 0)
+    return f"ran at attempt {context.attempt}"
 
 
 def _described(context: ToolContext | None) -> str:
@@ -143,6 +159,17 @@ def all_tools() -> list[Tool]:
             },
             function=_flaky,
             idempotent=True,
+        ),
+        FunctionTool(
+            name="slow_checked",
+            description="Sleeps (its first attempt); not idempotent, but it has a check.",
+            parameters_schema={
+                "type": "object",
+                "properties": {"seconds": {"type": "number"}, "check": {"type": "string"}},
+                "required": ["seconds", "check"],
+            },
+            function=_sleep_once,
+            verify=_check,
         ),
         FunctionTool(
             name="guarded",

@@ -13,17 +13,24 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from behest.domain.executions import ExecutionStatus, ToolExecution, Transition
+from behest.domain.executions import ExecutionStatus, ToolExecution, Transition, Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import Run
+from behest.domain.waits import Answer, PendingCall
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import Store
 from behest.store.writes import RecordExecution
 from behest.tools.base import ToolResult
+from behest.tools.output import truncate
 from behest.tools.registry import WORKER, ToolRegistry
 
 # Why an execution cut by a stop is unknown, and what became of it.
 STOPPED = "behest stopped while it ran"
+
+
+def checker(tool_name: str) -> str:
+    """Who reconciled an execution by its tool's own check, as records and events say."""
+    return f"the check of {tool_name}"
 
 
 class RunExecutions:
@@ -103,6 +110,16 @@ class RunExecutions:
         why += ": it is not run again until reconciled"
         return self._moved(execution, ExecutionStatus.OUTCOME_UNKNOWN, now, why)
 
+    def reconciled(self, call: ToolCall, answer: Answer, by: str) -> RecordExecution:
+        """The call's execution (outcome unknown) reconciled by `by` with `answer`'s verdict."""
+        execution = self._latest[call.id]
+        assert answer.verdict is not None
+        now = datetime.now(UTC)
+        done = execution.reconciled(answer.verdict, answer.text, answer.is_error, now)
+        self._latest[call.id] = done
+        change = Transition(status=ExecutionStatus.RECONCILED, at=now, actor=by)
+        return RecordExecution(done, change)
+
     def retried(
         self, call_id: str, why: str, *, unknown: bool, executor: str = ""
     ) -> list[RecordExecution]:
@@ -153,3 +170,18 @@ class RunExecutions:
         """Whether a call of the tool may run again after a stop cut it."""
         tool = self._tools.get(name)
         return name == SPAWN_TOOL or (tool is not None and tool.idempotent)
+
+
+def reconciled_result(call: PendingCall) -> ToolResult | None:
+    """What the model gets for a reconciled execution (None: it did not run, it runs again)."""
+    answer = call.answer
+    if answer is None or answer.verdict == Verdict.DID_NOT_RUN:
+        return None
+    if answer.verdict == Verdict.RAN:
+        return ToolResult(truncate(answer.text), answer.is_error)
+    why = f": {answer.text}" if answer.text else ""
+    return ToolResult(
+        f"the outcome of {call.tool_name!r} is unknown: behest stopped while it ran, and "
+        f"{call.answered_by or 'an operator'} could not tell whether it took effect{why}",
+        is_error=True,
+    )

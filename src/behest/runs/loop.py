@@ -112,7 +112,14 @@ class AgentLoop:
             spawn=self._spawn if self._sub_runs is not None else None,
             workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
         )
-        self._calls = TurnCalls(runner=runner, waits=self._waits, executions=self._executions)
+        self._calls = TurnCalls(
+            run=run,
+            log=log,
+            tools=tools,
+            runner=runner,
+            waits=self._waits,
+            executions=self._executions,
+        )
         self._doom_loop = DoomLoopDetector()
         self._budget = self._budget_of(spend_limits or TenantSpend())
         self._attempts = ModelAttempts(

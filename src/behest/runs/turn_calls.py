@@ -8,17 +8,37 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from behest.domain import events as ev
+from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
-from behest.runs.executions import RunExecutions
+from behest.domain.runs import Run
+from behest.domain.waits import Answer
+from behest.events.run_log import RunLog
+from behest.runs.executions import RunExecutions, checker
 from behest.runs.tool_calls import ToolRunner
+from behest.runs.tool_checks import checked
 from behest.runs.waiting import Waiting, Waits
 from behest.tools.base import ToolResult
+from behest.tools.output import truncate
+from behest.tools.registry import ToolRegistry
 
 
 class TurnCalls:
     """Runs a turn's calls through the ToolRunner, and pauses the run on unknown outcomes."""
 
-    def __init__(self, *, runner: ToolRunner, waits: Waits, executions: RunExecutions) -> None:
+    def __init__(
+        self,
+        *,
+        run: Run,
+        log: RunLog,
+        tools: ToolRegistry,
+        runner: ToolRunner,
+        waits: Waits,
+        executions: RunExecutions,
+    ) -> None:
+        self._run = run
+        self._log = log
+        self._tools = tools
         self._runner = runner
         self._waits = waits
         self._executions = executions
@@ -37,11 +57,37 @@ class TurnCalls:
         when it stopped: a worker's task is waited for again, an idempotent call runs again,
         any other's outcome is unknown."""
         rejoin, unknown = self._executions.cut(pending, cut)
-        if unknown:
-            return await self._waits.hold_unknown(calls, unknown, self._executions)
+        verdicts = await checked(self._run, self._tools, self._executions, unknown)
+        if len(verdicts) < len(unknown):  # a person decides what the checks could not
+            return await self._waits.hold_unknown(
+                calls, unknown, self._executions, checked=verdicts
+            )
         results = await self._waits.results(pending, resumed=True)
+        results.update(await self._reconciled(unknown, verdicts))
         await self._runner.run(pending, results, rejoin)
         return await self._held_unknown(calls)
+
+    async def _reconciled(
+        self, calls: list[ToolCall], verdicts: Mapping[str, Answer]
+    ) -> dict[str, ToolResult]:
+        """One step: each call's execution unknown, then reconciled by its tool's check; the
+        results of those that ran (the others run again)."""
+        events: list[ev.Payload] = []
+        records = []
+        results: dict[str, ToolResult] = {}
+        for call in calls:
+            answer, by = verdicts[call.id], checker(call.name)
+            execution, cut = self._executions.unknown(call)
+            records += [cut, self._executions.reconciled(call, answer, by)]
+            assert answer.verdict is not None
+            events.append(
+                ev.ToolExecutionReconciled(execution.id, call.id, call.name, answer.verdict, by)
+            )
+            if answer.verdict == Verdict.RAN:
+                results[call.id] = ToolResult(truncate(answer.text), answer.is_error)
+        if calls:
+            await (await self._log.emit(*events, state=records))
+        return results
 
     async def _held_unknown(self, calls: list[ToolCall]) -> Waiting | None:
         whys, self._runner.unknown = self._runner.unknown, {}

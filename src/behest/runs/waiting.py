@@ -13,7 +13,7 @@ how each call was resolved, and every call gets its result in the order the mode
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,10 +22,10 @@ from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall, ToolDefinition
 from behest.domain.runs import Run, RunStatus
 from behest.domain.spend import FailureCode
-from behest.domain.waits import Decision, PendingCall, WaitKind
+from behest.domain.waits import Answer, Decision, PendingCall, WaitKind
 from behest.errors import RunStopped
 from behest.events.run_log import RunLog
-from behest.runs.executions import RunExecutions
+from behest.runs.executions import RunExecutions, checker, reconciled_result
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import Store
@@ -131,6 +131,7 @@ class Waits:
         executions: RunExecutions,
         whys: Mapping[str, str] | None = None,
         executors: Mapping[str, str] | None = None,
+        checked: Mapping[str, Answer] | None = None,
     ) -> Waiting:
         """Pause the run until each of `unknown` (calls of the turn `calls` that were
         executing when behest stopped, or whose worker vanished, not idempotent: `whys` by
@@ -142,13 +143,19 @@ class Waits:
         for call in unknown:
             why, by = (whys or {}).get(call.id, ""), (executors or {}).get(call.id, "")
             execution, record = executions.unknown(call, why, by)
+            records.append(record)
             self._progress.executing.discard(call.id)
             kind, ordinal = WaitKind.OUTCOME_UNKNOWN, ordinals[call.id]
-            pending.append(self._pending(call, kind, ordinal, now, expires, execution.id))
+            held = self._pending(call, kind, ordinal, now, expires, execution.id)
+            verdict = (checked or {}).get(call.id)
+            if verdict is not None:  # its tool's check told: answered already
+                answerer = checker(call.name)
+                held = replace(held, answer=verdict, answered_by=answerer, answered_at=now)
+                records.append(executions.reconciled(call, verdict, answerer))
+            pending.append(held)
             notices.append(
                 ev.ToolOutcomeUnknown(execution.id, call.id, call.name, execution.attempt, expires)
             )
-            records.append(record)
         await (
             await self._log.emit(
                 *notices,
@@ -332,18 +339,3 @@ def latest_pause(pending: Sequence[PendingCall], calls: Sequence[ToolCall]) -> l
         return []
     last = max(p.requested_at for p in mine)
     return [p for p in mine if p.requested_at == last]
-
-
-def reconciled_result(call: PendingCall) -> ToolResult | None:
-    """What the model gets for a reconciled execution (None: it did not run, it runs again)."""
-    answer = call.answer
-    if answer is None or answer.verdict == Verdict.DID_NOT_RUN:
-        return None
-    if answer.verdict == Verdict.RAN:
-        return ToolResult(truncate(answer.text), answer.is_error)
-    why = f": {answer.text}" if answer.text else ""
-    return ToolResult(
-        f"the outcome of {call.tool_name!r} is unknown: behest stopped while it ran, and "
-        f"{call.answered_by or 'an operator'} could not tell whether it took effect{why}",
-        is_error=True,
-    )

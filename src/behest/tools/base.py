@@ -26,6 +26,21 @@ class ToolResult:
     retryable: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A tool's own check of an execution whose outcome was unknown (behest stopped while
+    it ran): it ran, with `result` as the model is to see it, or it did not (it runs again).
+    A check that cannot tell returns None: a person decides (ReconcileToolExecution)."""
+
+    ran: bool
+    result: ToolResult | None = None
+
+
+# A tool's check (an optional `verify` of a tool): the call's arguments and the context of
+# the execution in question (its execution id, attempt and idempotency key).
+Verify = Callable[[dict[str, Any], ToolContext], Awaitable[Verified | None]]
+
+
 class RetryableToolError(Exception):
     """Raised by a tool: an error result that is worth another attempt (ToolResult.retryable)."""
 
@@ -89,6 +104,9 @@ class FunctionTool:
     # Every call waits for an approval (SubmitApprovals) before it runs. Not part of the
     # Tool protocol: a tool without the attribute needs none unless the settings say so.
     requires_approval: bool = False
+    # Asked first when an execution's outcome is unknown (Verified). Not part of the Tool
+    # protocol either: a tool without one leaves the question to a person.
+    verify: Verify | None = None
     # How the function takes the context: looked up once, not at every call.
     _passing: Passing = field(init=False, repr=False, compare=False)
 
