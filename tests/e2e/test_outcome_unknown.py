@@ -15,9 +15,19 @@ from behest._proto.agent.v1 import execution_pb2_grpc as x_rpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as s
 from behest._proto.agent.v1 import session_pb2_grpc as s_rpc
+from behest.client import (
+    BehestClient,
+    ExecutionStatus,
+    FailedPrecondition,
+    PendingCallKind,
+    RunCompleted,
+    ToolExecution,
+    Verdict,
+)
 from tests.e2e.test_resume import events_of, interrupt_during_tool, tool_step
 from tests.support import (
     Server,
+    behest,
     fast_settings,
     kind,
     script,
@@ -281,3 +291,58 @@ async def test_a_check_that_cannot_tell_leaves_it_to_a_person(tmp_path: Path) ->
         e.tool_execution_reconciled for e in events if kind(e) == "tool_execution_reconciled"
     ]
     assert reconciled.reconciled_by == "anonymous"
+
+
+async def test_the_cli_lists_executions_and_reconciles_one(tmp_path: Path) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path)
+    try:
+        unknown = (await until_unknown(server, run_id)).tool_outcome_unknown
+        pending = await behest("pending", run_id, "--server", server.address)
+        listed = await behest("executions", run_id, "--server", server.address)
+        reconciled = await behest(
+            "reconcile", unknown.execution_id, "--ran", "slept", "--server", server.address
+        )
+        again = await behest(
+            "reconcile", unknown.execution_id, "--give-up", "--server", server.address
+        )
+        events = await events_of(server, run_id)
+        shown = await behest("executions", "--id", unknown.execution_id, "--server", server.address)
+    finally:
+        await stop_server(server)
+    assert (
+        pending.code == 0 and f"reconciliation of execution {unknown.execution_id}" in pending.out
+    )
+    assert listed.code == 0 and "outcome_unknown" in listed.out and "slow_unsafe" in listed.out
+    assert reconciled.code == 0 and "the run goes on" in reconciled.out
+    # Reconciled otherwise already (or its run ended since): refused, naming why.
+    assert again.code == 2 and "FAILED_PRECONDITION" in again.err
+    assert kind(events[-1]) == "run_completed"
+    assert shown.code == 0 and "reconciled by anonymous" in shown.out
+    assert "outcome_unknown by node" in shown.out
+
+
+async def test_the_python_client_reads_and_reconciles_executions(tmp_path: Path) -> None:
+    server, run_id = await cut_unsafe_call(tmp_path)
+    try:
+        async with BehestClient(server.address) as client:
+            [waiting] = await client.pending_calls(run_id)
+            [execution] = await client.list_tool_executions(run_id)
+            done = await client.reconcile(execution.id, Verdict.RAN, output="slept")
+            events = [e async for e in client.watch(run_id)]
+            shown = await client.get_tool_execution(execution.id)
+            with pytest.raises(FailedPrecondition):
+                await client.reconcile(execution.id, Verdict.GIVE_UP)
+    finally:
+        await stop_server(server)
+    assert waiting.kind == PendingCallKind.OUTCOME_UNKNOWN
+    assert waiting.execution_id == execution.id
+    assert (
+        isinstance(execution, ToolExecution) and execution.status == ExecutionStatus.OUTCOME_UNKNOWN
+    )
+    assert done.execution.status == ExecutionStatus.RECONCILED and done.waiting_call_ids == ()
+    assert isinstance(events[-1].data, RunCompleted)
+    assert [t.status for t in shown.transitions] == [
+        ExecutionStatus.STARTED,
+        ExecutionStatus.OUTCOME_UNKNOWN,
+        ExecutionStatus.RECONCILED,
+    ]
