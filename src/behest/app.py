@@ -88,9 +88,9 @@ class App:
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
-        hub = HubSettings(
-            settings.worker_heartbeat_s, settings.worker_poll_s, settings.max_workers_per_tenant
-        )
+        s = settings
+        hub = HubSettings(s.worker_heartbeat_s, s.worker_poll_s,
+                          s.max_workers_per_tenant, s.max_queued_tasks_per_tenant)  # fmt: skip
         self.workers = WorkerHub(store=self.store, node=self.node.name, settings=hub)
         self.executor = self._executor(settings, compaction_settings)
         self.channel = self._channel(url)

@@ -351,3 +351,70 @@ async def test_a_workers_retryable_error_is_tried_again_as_its_tool_declares(
     assert retry.next_attempt == 2 and "the shop is busy" in retry.reason
     said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
     assert said == "lookup_order: shipped"
+
+
+async def test_a_worker_tool_that_requires_approval_reaches_a_worker_once_allowed(
+    tmp_path: Path,
+) -> None:
+    guarded = w.WorkerToolSpec(
+        name="lookup_order",
+        description="Look an order up (asks first).",
+        parameters_schema=LOOKUP.parameters_schema,
+        requires_approval=True,
+    )
+    server = await start_server(fast(tmp_path))
+    worker = RawWorker(server.channel, [guarded])
+    try:
+        await worker.welcome()
+        steps = script({"tool_calls": [CALL]}, {"say": "tool_results"})
+        created = await server.runs.CreateRun(create_request(steps, model="script"))
+        watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        async for event in watch:
+            if kind(event) == "approval_requested":
+                call_id = event.approval_requested.call.id
+                watch.cancel()
+                break
+        approval = pb.ApprovalAnswer(call_id=call_id, decision=pb.APPROVAL_DECISION_ALLOW)
+        await server.runs.SubmitApprovals(
+            pb.SubmitApprovalsRequest(run_id=created.run_id, approvals=[approval])
+        )
+        task = await worker.next()
+        await worker.result(task, "allowed and shipped")
+        events = await collect(
+            server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        )
+    finally:
+        await worker.close()
+        await stop_server(server)
+    assert task.call_id == call_id
+    assert "".join(e.text_delta.delta for e in events if kind(e) == "text_delta") == (
+        "lookup_order: allowed and shipped"
+    )
+
+
+async def test_a_tenants_queue_of_worker_calls_is_bounded(tmp_path: Path) -> None:
+    server = await start_server(fast(tmp_path, max_queued_tasks_per_tenant=1))
+    worker = RawWorker(server.channel, max_tasks=1)
+    steps = script({"tool_calls": [CALL]}, {"say": "tool_results"})
+    try:
+        await worker.welcome()
+        held = server.runs.CreateRunStream(create_request(steps, model="script"))
+        first = await worker.next()  # the worker holds one; the next call waits in the queue
+        queued = server.runs.CreateRunStream(create_request(steps, model="script"))
+        head = []
+        while not head or kind(head[-1]) != "tool_execution_started":  # its task is queued
+            head.append(await queued.read())
+        refused = await collect(server.runs.CreateRunStream(create_request(steps, model="script")))
+        await worker.result(first, "one")
+        second = await worker.next()
+        await worker.result(second, "two")
+        rest = []
+        while (event := await queued.read()) != grpc.aio.EOF:
+            rest.append(event)
+        ended = [await collect(held), head + rest]
+    finally:
+        await worker.close()
+        await stop_server(server)
+    said = "".join(e.text_delta.delta for e in refused if kind(e) == "text_delta")
+    assert "calls waiting for workers, the most it may have" in said
+    assert all(kind(events[-1]) == "run_completed" for events in ended)

@@ -164,6 +164,8 @@ class Settings(BaseSettings):
     worker_heartbeat_s: float = Field(default=5.0, gt=0, le=3600)
     worker_poll_s: float = Field(default=0.25, gt=0, le=60)
     max_workers_per_tenant: int = Field(default=100, ge=1, le=100_000)
+    # Calls of one tenant that may wait for a worker at once; more get an error result.
+    max_queued_tasks_per_tenant: int = Field(default=10_000, ge=1, le=10_000_000)
     max_wait_s: float = Field(default=30 * 86_400.0, gt=0)
     # Model providers besides `local`: the [providers.NAME] tables (providers/config.py),
     # their keys read once; as the adapters take them: `provider_configs`.

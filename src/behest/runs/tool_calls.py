@@ -60,6 +60,7 @@ class ToolRunner:
         self.unknown: dict[str, str] = {}
         self.executors: dict[str, str] = {}  # of those, the worker that had it
         self._rejoin: dict[str, ToolExecution] = {}
+        self._refused: dict[str, str] = {}  # worker calls queued no task for: why
         self._log = log
         self._executions = executions
         self._tools = tools
@@ -179,7 +180,9 @@ class ToolRunner:
         tool = self._worker_tool(call)
         if tool is not None and self._workers is not None:
             _, problem = self._tools.arguments_of(call)
-            if not problem:
+            full = "" if problem else await self._workers.hub.full(progress.run.tenant)
+            self._refused[call.id] = problem or full
+            if not problem and not full:
                 queued = [EnqueueTask(self._workers.task(execution, tool, call.arguments))]
         started = await self._log.emit(
             ev.ToolExecutionStarted(call.id, call.name, execution.id, execution.attempt),
@@ -197,8 +200,8 @@ class ToolRunner:
         progress = self._progress
         tool = self._worker_tool(call)
         if self._workers is not None and (tool is not None or execution.source == WORKER):
-            _, problem = self._tools.arguments_of(call) if tool is not None else ({}, "")
-            if problem:
+            problem = self._refused.pop(call.id, "")
+            if problem:  # no task was queued: bad arguments, or its tenant's queue is full
                 return CallOutcome(Next.RESULT, ToolResult(problem, is_error=True))
             return await self._workers.outcome(execution, tool, rejoined=rejoined)
         if call.name == SPAWN_TOOL and self._spawn is not None:

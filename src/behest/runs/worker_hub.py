@@ -56,6 +56,7 @@ class HubSettings:
     heartbeat_s: float = 5.0
     poll_s: float = 0.25
     max_workers_per_tenant: int = 100
+    max_queued_tasks_per_tenant: int = 10_000
 
     @property
     def lease_s(self) -> float:
@@ -153,6 +154,14 @@ class WorkerHub:
         return found
 
     # --- the runs' side -------------------------------------------------------------------
+
+    async def full(self, tenant: str) -> str:
+        """Why the tenant may queue no more tasks now ("" when it may)."""
+        queued = await self._store.queued_tasks(tenant)
+        limit = self.settings.max_queued_tasks_per_tenant
+        if queued < limit:
+            return ""
+        return f"tenant {tenant!r} has {queued} calls waiting for workers, the most it may have"
 
     async def enqueued(self, tenant: str) -> None:
         """A run here queued a task (its step is durable): wake this tenant's workers here."""

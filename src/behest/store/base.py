@@ -241,6 +241,10 @@ class Store(Protocol):
 
     async def worker_task(self, execution_id: str) -> Task | None: ...
 
+    async def queued_tasks(self, tenant: str) -> int:
+        """How many of the tenant's tasks wait for a worker now."""
+        ...
+
     # --- spend (domain/spend.py) --------------------------------------------------------
 
     async def daily_usage(

@@ -276,6 +276,13 @@ class WorkersInSql:
     async def rejoin_task(self, execution_id: str, *, lease_until: datetime) -> Task | None:
         return await self.engines.writer.write_small(rejoin, execution_id, lease_until=lease_until)
 
+    async def queued_tasks(self, tenant: str) -> int:
+        query = sa.select(sa.func.count()).where(
+            _k.tenant == tenant, _k.state == int(TaskState.QUEUED)
+        )
+        async with self.engines.reader.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
     async def worker_task(self, execution_id: str) -> Task | None:
         async with self.engines.reader.connect() as conn:
             row = (await conn.execute(_TASK, {"b_id": execution_id})).first()
