@@ -210,9 +210,11 @@ class App:
         sub_runs.spawner = executor
         return executor
 
-    def _signalled(self, kind: str, run_id: str) -> None:
+    def _signalled(self, kind: str, name: str) -> None:
         if kind == "cancel":
-            self.executor.cancel_signalled(run_id)
+            self.executor.cancel_signalled(name)
+        else:
+            self.workers.signalled(kind, name)
 
     def _spend_limits(self, tenant: str) -> TenantSpend:
         return self.tenancy.limits(tenant).spend

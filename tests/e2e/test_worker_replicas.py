@@ -32,7 +32,13 @@ async def database(postgres_url: str) -> AsyncIterator[str]:
         yield url
 
 
-FAST = {"BEHEST_RUN_LEASE_S": str(LEASE_S), "BEHEST_WORKER_HEARTBEAT_S": "1"}
+# Replicas look for other replicas' tasks only every 30 s: within this test, a task queued
+# on A reaches the worker on B through NOTIFY alone.
+FAST = {
+    "BEHEST_RUN_LEASE_S": str(LEASE_S),
+    "BEHEST_WORKER_HEARTBEAT_S": "1",
+    "BEHEST_WORKER_POLL_S": "30",
+}
 
 
 async def test_a_worker_on_b_serves_a_run_on_a_and_its_result_outlives_a_kill_of_a(

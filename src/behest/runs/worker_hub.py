@@ -7,7 +7,8 @@ leases with heartbeats, and hands in results (store: fenced by attempt and lease
 for its task's outcome: done (a result, or given up), its worker lost (the lease lapsed), no
 worker in time (schedule to start), or out of time (start to close). Enqueued tasks and taken
 results wake the waiters of this process at once; those of other replicas see them at their
-next look (every `poll_s`).
+next look (every `poll_s`), or at once on PostgreSQL, where a queued task and a taken result
+are NOTIFYed (store/sql/writes.py, workers.py) and signalled here (`signalled`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from behest.domain.workers import (
 )
 from behest.errors import ResourceExhausted
 from behest.store.base import Store
+
+# The kinds of the replicas' signals about tasks (store/sql/channel_payloads.py).
+TASK_QUEUED, TASK_DONE = "task", "result"
 
 # A lease lasts this many heartbeat intervals.
 LEASE_INTERVALS = 3
@@ -74,6 +78,7 @@ class WorkerHub:
         self._results: dict[str, asyncio.Event] = {}
         self._directory: dict[str, tuple[float, list[WorkerRecord]]] = {}
         self.stopping = asyncio.Event()  # set: this replica stops; its workers go elsewhere
+        self._wakeups: set[asyncio.Task[None]] = set()
 
     async def stop(self) -> None:
         """End the streams of the workers connected here (they reconnect elsewhere)."""
@@ -162,6 +167,16 @@ class WorkerHub:
         if queued < limit:
             return ""
         return f"tenant {tenant!r} has {queued} calls waiting for workers, the most it may have"
+
+    def signalled(self, kind: str, name: str) -> None:
+        """Another replica queued a task of tenant `name` ("task"), or took the result of
+        execution `name` ("result"): its waiters here look now, not at their next poll."""
+        if kind == TASK_QUEUED:
+            task = asyncio.get_running_loop().create_task(self.enqueued(name))
+            self._wakeups.add(task)
+            task.add_done_callback(self._wakeups.discard)
+        elif kind == TASK_DONE and (waiting := self._results.get(name)) is not None:
+            waiting.set()
 
     async def enqueued(self, tenant: str) -> None:
         """A run here queued a task (its step is durable): wake this tenant's workers here."""

@@ -30,6 +30,9 @@ from behest import bounded_json
 
 EVENTS = "behest_events"
 SIGNALS = "behest_signals"
+# Signals of workers' tasks: one of a tenant's was queued (its "run" names the tenant), one's
+# result was taken (the execution id).
+TASK_QUEUED, TASK_DONE = "task", "result"
 
 # PostgreSQL refuses payloads of 8,000 bytes or more; we send some room to spare.
 POSTGRES_PAYLOAD_BYTES = 8000

@@ -72,6 +72,11 @@ class SqlStore(ToolExecutionsInSql, WorkersInSql):
         return self._postgres
 
     @property
+    def node(self) -> str:
+        """This process's node name, which its notifications carry."""
+        return self._node
+
+    @property
     def engines(self) -> Engines:
         assert self._engines is not None, "SqlStore.start() was not called"
         return self._engines

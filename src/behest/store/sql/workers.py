@@ -23,6 +23,7 @@ from behest.domain.workers import (
     WorkerRecord,
     WorkerToolSpec,
 )
+from behest.store.sql import channel_payloads as channel
 from behest.store.sql import tool_tables as tt
 from behest.store.sql.engine import Engines
 from behest.store.sql.rows import utc
@@ -160,9 +161,10 @@ def claim(
 
 
 def complete(
-    conn: Connection, worker_id: str, result: TaskResult, *, now: datetime
+    conn: Connection, worker_id: str, result: TaskResult, *, now: datetime, node: str = ""
 ) -> ResultRefused | None:
-    """Take a worker's result; None when taken, else why not (nothing changed)."""
+    """Take a worker's result; None when taken, else why not (nothing changed). With `node`
+    (PostgreSQL), the replica whose run waits for it is told at COMMIT."""
     query = _TASK
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
@@ -187,6 +189,9 @@ def complete(
             retryable=result.retryable,
         )
     )
+    if node and conn.dialect.name == "postgresql":
+        payload = channel.signal_payload(node, channel.TASK_DONE, task.execution_id)
+        channel.notify(conn, channel.SIGNALS, payload)
     return None
 
 
@@ -239,6 +244,10 @@ class WorkersInSql:
     def engines(self) -> Engines:
         raise NotImplementedError
 
+    @property
+    def node(self) -> str:
+        raise NotImplementedError
+
     async def register_worker(self, worker: WorkerRecord, *, stale_before: datetime) -> int:
         return await self.engines.writer.write_small(register, worker, stale_before=stale_before)
 
@@ -265,7 +274,8 @@ class WorkersInSql:
     async def complete_task(
         self, worker_id: str, result: TaskResult, *, now: datetime
     ) -> ResultRefused | None:
-        return await self.engines.writer.write_small(complete, worker_id, result, now=now)
+        writer, node = self.engines.writer, self.node
+        return await writer.write_small(complete, worker_id, result, now=now, node=node)
 
     async def give_up_task(self, execution_id: str, state: TaskState, why: str) -> bool:
         return await self.engines.writer.write_small(give_up, execution_id, state, why)

@@ -192,19 +192,31 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
 
 def notifications(node: str, writes: Iterable[Write]) -> list[tuple[str, str]]:
     """The NOTIFYs (channel, payload) telling the other replicas which runs' logs `writes`
-    extend, to each run's last sequence; none without a node name
-    (store/sql/channel_payloads.py)."""
+    extend, to each run's last sequence, and which tenants' workers have a task queued; none
+    without a node name (store/sql/channel_payloads.py)."""
     last: dict[str, int] = {}
+    queued: set[str] = set()  # tenants with a new task for their workers
     for write in writes:
         if isinstance(write, AppendEvent):
             event = write.event
             last[event.run_id] = max(last.get(event.run_id, 0), event.sequence)
-    if not node or not last:
+        elif isinstance(write, EnqueueTask):
+            queued.add(write.task.tenant)
+    if not node:
         return []
-    return [
-        (channel_payloads.EVENTS, payload)
-        for payload in channel_payloads.events_payloads(node, last)
+    sent = [
+        (
+            channel_payloads.SIGNALS,
+            channel_payloads.signal_payload(node, channel_payloads.TASK_QUEUED, tenant),
+        )
+        for tenant in sorted(queued)
     ]
+    if last:
+        sent += [
+            (channel_payloads.EVENTS, payload)
+            for payload in channel_payloads.events_payloads(node, last)
+        ]
+    return sent
 
 
 def _execute(conn: Connection, statement: sa.Executable, params: list[dict[str, Any]]) -> None:
