@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import grpc
 import pytest
 
 from behest._proto.agent.v1 import run_pb2 as pb
@@ -75,3 +76,38 @@ async def test_a_worker_on_b_serves_a_run_on_a_and_its_result_outlives_a_kill_of
     assert [kind(e) for e in events].count("tool_message_committed") == 1
     said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
     assert said == "lookup_order: in transit"
+
+
+async def test_a_stopping_replica_sends_its_workers_elsewhere_and_their_results_count(
+    tmp_path: Path, database: str
+) -> None:
+    steps = script(
+        {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "A-2"}}]},
+        {"say": "tool_results"},
+    )
+    async with AsyncExitStack() as stack:
+        a, b = await start_replicas(
+            stack, [tmp_path / "a", tmp_path / "b"], BEHEST_DATABASE_URL=database, **FAST
+        )
+        on_b = RawWorker(b.channel, [LOOKUP], name="orders")
+        await on_b.welcome()
+        created = await a.runs.CreateRun(script_run(steps))
+        task = await on_b.next()
+        b.process.send_signal(signal.SIGTERM)  # B stops: its workers' streams end
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await on_b.next()
+        await on_b.close()
+        on_a = RawWorker(a.channel, [LOOKUP], name="orders")  # the worker, reconnected to A
+        await on_a.welcome()
+        ack = await on_a.result(task, "delivered")
+        stream = a.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        async with asyncio.timeout(20):
+            events = await read_rest(stream)
+        await on_a.close()
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "reconnect" in (ended.value.details() or "")
+    assert ack.accepted, ack.reason
+    assert kind(events[-1]) == "run_completed"
+    assert "".join(e.text_delta.delta for e in events if kind(e) == "text_delta") == (
+        "lookup_order: delivered"
+    )
