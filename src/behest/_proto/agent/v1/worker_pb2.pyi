@@ -36,6 +36,7 @@ class WorkerToolSpec(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
     SCHEDULE_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    VERIFIABLE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
     parameters_schema: _builtins.str
@@ -54,6 +55,10 @@ class WorkerToolSpec(_message.Message):
     """Seconds a task may wait for a worker to take it (schedule to start); 0: 60."""
     max_attempts: _builtins.int
     """Attempts of a call whose result is a retryable error (1: no retry; 0: 1)."""
+    verifiable: _builtins.bool
+    """The worker answers `verify` for this tool: whether an execution whose outcome is unknown
+    (its worker vanished, behest stopped) ran, asked before a person is.
+    """
     def __init__(
         self,
         *,
@@ -68,10 +73,11 @@ class WorkerToolSpec(_message.Message):
         timeout_s: _builtins.float = ...,
         schedule_timeout_s: _builtins.float = ...,
         max_attempts: _builtins.int = ...,
+        verifiable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "description", b"description", "idempotent", b"idempotent", "max_attempts", b"max_attempts", "name", b"name", "output_schema", b"output_schema", "parameters_schema", b"parameters_schema", "read_only", b"read_only", "requires_approval", b"requires_approval", "schedule_timeout_s", b"schedule_timeout_s", "timeout_s", b"timeout_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "description", b"description", "idempotent", b"idempotent", "max_attempts", b"max_attempts", "name", b"name", "output_schema", b"output_schema", "parameters_schema", b"parameters_schema", "read_only", b"read_only", "requires_approval", b"requires_approval", "schedule_timeout_s", b"schedule_timeout_s", "timeout_s", b"timeout_s", "verifiable", b"verifiable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -183,6 +189,46 @@ class WorkerDrain(_message.Message):
 Global___WorkerDrain: _TypeAlias = WorkerDrain  # noqa: Y015
 
 @_typing.final
+class WorkerVerdict(_message.Message):
+    """The answer to a `verify`: whether the execution ran, as far as the worker can tell."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    KNOWN_FIELD_NUMBER: _builtins.int
+    RAN_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    IS_ERROR_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    attempt: _builtins.int
+    known: _builtins.bool
+    """False: the worker cannot tell (a person decides)."""
+    ran: _builtins.bool
+    """With known: it ran (`output`, an error when `is_error`, is its result), or it did not
+    (it runs again, as its next attempt).
+    """
+    output: _builtins.str
+    is_error: _builtins.bool
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        known: _builtins.bool = ...,
+        ran: _builtins.bool = ...,
+        output: _builtins.str = ...,
+        is_error: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "is_error", b"is_error", "known", b"known", "output", b"output", "ran", b"ran"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerVerdict: _TypeAlias = WorkerVerdict  # noqa: Y015
+
+@_typing.final
 class WorkerMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -190,6 +236,7 @@ class WorkerMessage(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___WorkerHello: ...
     @_builtins.property
@@ -198,6 +245,8 @@ class WorkerMessage(_message.Message):
     def result(self) -> Global___WorkerResult: ...
     @_builtins.property
     def drain(self) -> Global___WorkerDrain: ...
+    @_builtins.property
+    def verdict(self) -> Global___WorkerVerdict: ...
     def __init__(
         self,
         *,
@@ -205,12 +254,13 @@ class WorkerMessage(_message.Message):
         heartbeat: Global___WorkerHeartbeat | None = ...,
         result: Global___WorkerResult | None = ...,
         drain: Global___WorkerDrain | None = ...,
+        verdict: Global___WorkerVerdict | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "heartbeat", "result", "drain"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "heartbeat", "result", "drain", "verdict"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 
@@ -326,30 +376,76 @@ class WorkerResultAck(_message.Message):
 Global___WorkerResultAck: _TypeAlias = WorkerResultAck  # noqa: Y015
 
 @_typing.final
+class WorkerVerify(_message.Message):
+    """Did this execution of a verifiable tool's call run? Answer with a `verdict` (within the
+    tool's timeout_s). The execution's outcome is unknown to behest: its worker vanished or
+    behest stopped while it ran; the key is what a backend knows the call by.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    attempt: _builtins.int
+    idempotency_key: _builtins.str
+    tool_name: _builtins.str
+    arguments: _builtins.str
+    run_id: _builtins.str
+    call_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        idempotency_key: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        arguments: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "attempt", b"attempt", "call_id", b"call_id", "execution_id", b"execution_id", "idempotency_key", b"idempotency_key", "run_id", b"run_id", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerVerify: _TypeAlias = WorkerVerify  # noqa: Y015
+
+@_typing.final
 class WorkerInstruction(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WELCOME_FIELD_NUMBER: _builtins.int
     TASK_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
+    VERIFY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def welcome(self) -> Global___WorkerWelcome: ...
     @_builtins.property
     def task(self) -> Global___WorkerTask: ...
     @_builtins.property
     def ack(self) -> Global___WorkerResultAck: ...
+    @_builtins.property
+    def verify(self) -> Global___WorkerVerify: ...
     def __init__(
         self,
         *,
         welcome: Global___WorkerWelcome | None = ...,
         task: Global___WorkerTask | None = ...,
         ack: Global___WorkerResultAck | None = ...,
+        verify: Global___WorkerVerify | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "instruction", b"instruction", "task", b"task", "welcome", b"welcome"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "instruction", b"instruction", "task", b"task", "verify", b"verify", "welcome", b"welcome"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "instruction", b"instruction", "task", b"task", "welcome", b"welcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "instruction", b"instruction", "task", b"task", "verify", b"verify", "welcome", b"welcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_instruction: _TypeAlias = _typing.Literal["welcome", "task", "ack"]  # noqa: Y015
+    _WhichOneofReturnType_instruction: _TypeAlias = _typing.Literal["welcome", "task", "ack", "verify"]  # noqa: Y015
     _WhichOneofArgType_instruction: _TypeAlias = _typing.Literal["instruction", b"instruction"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_instruction) -> _WhichOneofReturnType_instruction | None: ...
 
