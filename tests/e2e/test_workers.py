@@ -418,3 +418,75 @@ async def test_a_tenants_queue_of_worker_calls_is_bounded(tmp_path: Path) -> Non
     said = "".join(e.text_delta.delta for e in refused if kind(e) == "text_delta")
     assert "calls waiting for workers, the most it may have" in said
     assert all(kind(events[-1]) == "run_completed" for events in ended)
+
+
+VERIFIED = w.WorkerToolSpec(
+    name="place_order",
+    description="Places an order (not idempotent; its worker can tell whether one was placed).",
+    parameters_schema=json.dumps({"type": "object", "properties": {}}),
+    verifiable=True,
+)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "said", "starts"),
+    [
+        ({"known": True, "ran": True, "output": "order 5 was placed"}, "order 5 was placed", 1),
+        ({"known": True, "ran": False}, "placed at last", 2),
+        ({"known": False}, "", 1),
+    ],
+)
+async def test_a_vanished_workers_call_is_verified_by_another_worker_first(
+    tmp_path: Path, verdict: dict[str, object], said: str, starts: int
+) -> None:
+    server = await start_server(fast(tmp_path))
+    first = RawWorker(server.channel, [VERIFIED], name="one")
+    second: RawWorker | None = None
+    try:
+        await first.welcome()
+        call = {"name": "place_order", "arguments": {}}
+        steps = script({"tool_calls": [call]}, {"say": "tool_results"})
+        created = await server.runs.CreateRun(create_request(steps, model="script"))
+        task = await first.next()
+        await first.close()  # it vanishes with the task
+        second = RawWorker(server.channel, [VERIFIED], name="two")
+        await second.welcome()
+        asked = await second.next()
+        assert isinstance(asked, w.WorkerVerify), asked
+        assert (asked.execution_id, asked.idempotency_key) == (
+            task.execution_id,
+            task.idempotency_key,
+        )
+        await second.verdict(asked, **verdict)
+        if starts == 2:  # it did not run: it runs again, on the worker there is
+            again = await second.next()
+            assert again.attempt == 2
+            await second.result(again, "placed at last")
+        if not verdict["known"]:  # nobody could tell: a person is asked
+            stub = x_rpc.ToolExecutionServiceStub(server.channel)
+            watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+            async for event in watch:
+                if kind(event) == "tool_outcome_unknown":
+                    watch.cancel()
+                    break
+            await stub.ReconcileToolExecution(
+                x.ReconcileToolExecutionRequest(
+                    execution_id=task.execution_id, verdict=x.RECONCILE_VERDICT_GIVE_UP
+                )
+            )
+        events = await collect(
+            server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+        )
+    finally:
+        if second is not None:
+            await second.close()
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    text = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+    assert said in text
+    [reconciled] = [
+        e.tool_execution_reconciled for e in events if kind(e) == "tool_execution_reconciled"
+    ]
+    expected = "anonymous" if not verdict["known"] else "the check of place_order"
+    assert reconciled.reconciled_by == expected
+    assert [kind(e) for e in events].count("tool_execution_started") == starts

@@ -71,6 +71,11 @@ class RawWorker:
         assert isinstance(ack, w.WorkerResultAck), ack
         return ack
 
+    async def verdict(self, asked: Any, **fields: Any) -> None:
+        """Answer a verify (execution id and attempt taken from it)."""
+        verdict = w.WorkerVerdict(execution_id=asked.execution_id, attempt=asked.attempt, **fields)
+        await self._outbox.put(w.WorkerMessage(verdict=verdict))
+
     async def close(self) -> None:
         await self._outbox.put(None)
         self.call.cancel()

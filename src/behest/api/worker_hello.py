@@ -20,6 +20,7 @@ from behest.domain.workers import (
     TaskResult,
     WorkerHello,
     WorkerToolSpec,
+    WorkerVerdict,
 )
 from behest.errors import InvalidArgument, quote
 
@@ -87,6 +88,7 @@ def _tool(tool: pb.WorkerToolSpec, where: str) -> WorkerToolSpec:
             tool.schedule_timeout_s, f"{where}.schedule_timeout_s", DEFAULT_SCHEDULE_TIMEOUT_S
         ),
         max_attempts=tool.max_attempts or 1,
+        verifiable=tool.verifiable,
     )
 
 
@@ -114,6 +116,21 @@ def _seconds(value: float, where: str, default: float) -> float:
     if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
         raise InvalidArgument(f"{where} must be more than 0 and at most {MAX_TIMEOUT_S:g} s")
     return value
+
+
+def verdict(message: pb.WorkerVerdict) -> WorkerVerdict:
+    """A worker's answer to a verify, its ids bounded."""
+    bounded(message.execution_id, "verdict.execution_id", MAX_ID_BYTES)
+    if "\x00" in message.output:
+        raise InvalidArgument("verdict.output contains a NUL character (\\u0000)")
+    return WorkerVerdict(
+        message.execution_id,
+        message.attempt,
+        message.known,
+        message.ran,
+        message.output,
+        message.is_error,
+    )
 
 
 def result(message: pb.WorkerResult) -> TaskResult:

@@ -11,7 +11,7 @@ from behest._proto.agent.v1 import worker_pb2 as pb
 from behest.api import worker_hello
 from behest.api.auth import current_caller
 from behest.api.convert import timestamp
-from behest.domain.workers import Task, TaskResult
+from behest.domain.workers import Task, TaskResult, VerifyRequest, WorkerVerdict
 from behest.errors import InvalidArgument
 from behest.runs.operations import Operations
 from behest.runs.sub_runs import SPAWN_TOOL
@@ -43,22 +43,37 @@ class WorkerServicer:
 
 async def _messages(
     requests: AsyncIterator[pb.WorkerMessage],
-) -> AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult]:
+) -> AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict]:
     async for message in requests:
         match message.WhichOneof("message"):
             case "heartbeat":
                 yield WorkerHeartbeat()
             case "drain":
                 yield WorkerDrain()
+            case "verdict":
+                yield worker_hello.verdict(message.verdict)
             case "result":
                 yield worker_hello.result(message.result)
             case "hello":
                 raise InvalidArgument("a worker says hello once, first")
             case _:
-                raise InvalidArgument("a worker's message must be a heartbeat, a result or drain")
+                raise InvalidArgument(
+                    "a worker's message must be a heartbeat, a result, a verdict or drain"
+                )
 
 
-def _instruction(item: Task | ResultAck) -> pb.WorkerInstruction:
+def _instruction(item: Task | ResultAck | VerifyRequest) -> pb.WorkerInstruction:
+    if isinstance(item, VerifyRequest):
+        verify = pb.WorkerVerify(
+            execution_id=item.execution_id,
+            attempt=item.attempt,
+            idempotency_key=item.idempotency_key,
+            tool_name=item.tool_name,
+            arguments=item.arguments,
+            run_id=item.run_id,
+            call_id=item.call_id,
+        )
+        return pb.WorkerInstruction(verify=verify)
     if isinstance(item, ResultAck):
         ack = pb.WorkerResultAck(
             execution_id=item.execution_id,

@@ -41,6 +41,9 @@ class WorkerToolSpec:
     timeout_s: float = DEFAULT_TIMEOUT_S
     schedule_timeout_s: float = DEFAULT_SCHEDULE_TIMEOUT_S
     max_attempts: int = 1
+    # The worker answers a verify for this tool (whether an execution whose outcome is
+    # unknown ran), asked before a person is.
+    verifiable: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +112,31 @@ class TaskResult:
     output: str
     is_error: bool = False
     retryable: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyRequest:
+    """Asked of a worker: did this execution of a verifiable tool's call run?"""
+
+    execution_id: str
+    attempt: int
+    idempotency_key: str
+    tool_name: str
+    arguments: str
+    run_id: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerVerdict:
+    """A worker's answer to a VerifyRequest: `known` False: it cannot tell."""
+
+    execution_id: str
+    attempt: int
+    known: bool
+    ran: bool = False
+    output: str = ""
+    is_error: bool = False
 
 
 class ResultRefused(enum.Enum):

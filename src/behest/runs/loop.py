@@ -119,6 +119,7 @@ class AgentLoop:
             runner=runner,
             waits=self._waits,
             executions=self._executions,
+            hub=workers,
         )
         self._doom_loop = DoomLoopDetector()
         self._budget = self._budget_of(spend_limits or TenantSpend())

@@ -18,6 +18,7 @@ from behest.runs.executions import RunExecutions, checker
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.tool_checks import checked
 from behest.runs.waiting import Waiting, Waits
+from behest.runs.worker_hub import WorkerHub
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
 from behest.tools.registry import ToolRegistry
@@ -35,7 +36,9 @@ class TurnCalls:
         runner: ToolRunner,
         waits: Waits,
         executions: RunExecutions,
+        hub: WorkerHub | None = None,
     ) -> None:
+        self._hub = hub
         self._run = run
         self._log = log
         self._tools = tools
@@ -57,7 +60,7 @@ class TurnCalls:
         when it stopped: a worker's task is waited for again, an idempotent call runs again,
         any other's outcome is unknown."""
         rejoin, unknown = self._executions.cut(pending, cut)
-        verdicts = await checked(self._run, self._tools, self._executions, unknown)
+        verdicts = await checked(self._run, self._tools, self._executions, unknown, self._hub)
         if len(verdicts) < len(unknown):  # a person decides what the checks could not
             return await self._waits.hold_unknown(
                 calls, unknown, self._executions, checked=verdicts
@@ -95,4 +98,7 @@ class TurnCalls:
         if not whys:
             return None
         unknown = [c for c in calls if c.id in whys]
-        return await self._waits.hold_unknown(calls, unknown, self._executions, whys, by)
+        verdicts = await checked(self._run, self._tools, self._executions, unknown, self._hub)
+        return await self._waits.hold_unknown(
+            calls, unknown, self._executions, whys, by, checked=verdicts
+        )

@@ -167,7 +167,9 @@ class Waits:
                 ],
             )
         )
-        return Waiting(tuple(p.call_id for p in pending), expires)
+        # Answered all by their tools' checks: taken up again at once (executor: _paused).
+        told = all(p.answer is not None for p in pending)
+        return Waiting(tuple(p.call_id for p in pending), now if told else expires)
 
     async def _kinds(
         self, calls: Sequence[ToolCall], offered: frozenset[str]

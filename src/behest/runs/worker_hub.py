@@ -21,14 +21,17 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from behest.domain.workers import (
     ResultRefused,
     Task,
     TaskResult,
     TaskState,
+    VerifyRequest,
     WorkerRecord,
     WorkerToolSpec,
+    WorkerVerdict,
 )
 from behest.errors import ResourceExhausted
 from behest.store.base import Store
@@ -67,6 +70,17 @@ class HubSettings:
         return self.heartbeat_s * LEASE_INTERVALS
 
 
+class Verifier(Protocol):
+    """A worker's connection served here (runs/worker_session.py WorkerSession)."""
+
+    @property
+    def worker(self) -> WorkerRecord: ...
+
+    def verifies(self, tool_name: str) -> bool: ...
+
+    async def verify(self, request: VerifyRequest, timeout_s: float) -> WorkerVerdict | None: ...
+
+
 class WorkerHub:
     """The workers connected here, and the runs here that wait for workers' results."""
 
@@ -79,6 +93,25 @@ class WorkerHub:
         self._directory: dict[str, tuple[float, list[WorkerRecord]]] = {}
         self.stopping = asyncio.Event()  # set: this replica stops; its workers go elsewhere
         self._wakeups: set[asyncio.Task[None]] = set()
+        self._sessions: set[Verifier] = set()  # the connections served here
+
+    def serving(self, session: Verifier) -> None:
+        self._sessions.add(session)
+
+    def served(self, session: Verifier) -> None:
+        self._sessions.discard(session)
+
+    async def verify(
+        self, tenant: str, request: VerifyRequest, timeout_s: float
+    ) -> WorkerVerdict | None:
+        """Ask a worker of `tenant` connected here that verifies the tool whether the
+        execution ran; None when none is connected here or none can tell in time."""
+        for session in list(self._sessions):
+            if session.worker.tenant == tenant and session.verifies(request.tool_name):
+                said = await session.verify(request, timeout_s)
+                if said is not None and said.known:
+                    return said
+        return None
 
     async def stop(self) -> None:
         """End the streams of the workers connected here (they reconnect elsewhere)."""

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from behest import bounded_json
-from behest.domain.workers import Task, TaskResult, WorkerRecord
+from behest.domain.workers import Task, TaskResult, VerifyRequest, WorkerRecord, WorkerVerdict
 from behest.errors import Unavailable
 from behest.runs.worker_hub import WorkerHub
 from behest.tools.registry import ToolRegistry
@@ -53,13 +53,34 @@ class WorkerSession:
         self._room = asyncio.Semaphore(worker.max_tasks)
         self._in_hand: dict[str, str] = {}  # execution id → tool name, of tasks sent
         self._specs = {spec.name: spec for spec in worker.tools}
+        self._out: asyncio.Queue[object] | None = None
+        self._verdicts: dict[str, asyncio.Future[WorkerVerdict]] = {}
+
+    def verifies(self, tool_name: str) -> bool:
+        spec = self._specs.get(tool_name)
+        return self._out is not None and spec is not None and spec.verifiable
+
+    async def verify(self, request: VerifyRequest, timeout_s: float) -> WorkerVerdict | None:
+        """Ask the worker whether an execution ran; None if it does not answer in time."""
+        if self._out is None:
+            return None
+        answer = self._verdicts[request.execution_id] = asyncio.get_running_loop().create_future()
+        await self._out.put(request)
+        try:
+            return await asyncio.wait_for(answer, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._verdicts.pop(request.execution_id, None)
 
     async def serve(
-        self, incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult]
-    ) -> AsyncIterator[Task | ResultAck]:
+        self, incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict]
+    ) -> AsyncIterator[Task | ResultAck | VerifyRequest]:
         """What to send the worker, as its messages come in; ends when it hangs up.
         Raises Unavailable when this replica stops."""
         out: asyncio.Queue[object] = asyncio.Queue()
+        self._out = out
+        self._hub.serving(self)
         dispatcher = asyncio.create_task(self._dispatch(out))
         reader = asyncio.create_task(self._read(incoming, out, dispatcher))
         stop = asyncio.create_task(self._hub.stopping.wait())
@@ -79,11 +100,13 @@ class WorkerSession:
                 item = getting.result()
                 if item is _END:
                     return
-                assert isinstance(item, Task | ResultAck)
+                assert isinstance(item, Task | ResultAck | VerifyRequest)
                 # A task yielded counts as sent: if the stream broke as it went, its lease
                 # lapses and its run decides (an idempotent call runs again).
                 yield item
         finally:
+            self._out = None
+            self._hub.served(self)
             for task in (reader, dispatcher, stop):
                 task.cancel()
             with contextlib.suppress(BaseException):
@@ -103,7 +126,7 @@ class WorkerSession:
 
     async def _read(
         self,
-        incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult],
+        incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict],
         out: asyncio.Queue[object],
         dispatcher: asyncio.Task[None],
     ) -> None:
@@ -113,6 +136,10 @@ class WorkerSession:
                 await out.put(await self._hand_in(message))
             elif isinstance(message, WorkerDrain):
                 dispatcher.cancel()
+            elif isinstance(message, WorkerVerdict):
+                waiting = self._verdicts.get(message.execution_id)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(message)
         await out.put(_END)
 
     async def _dispatch(self, out: asyncio.Queue[object]) -> None:
