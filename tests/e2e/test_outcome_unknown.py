@@ -28,12 +28,14 @@ from tests.e2e.test_resume import events_of, interrupt_during_tool, tool_step
 from tests.support import (
     Server,
     behest,
+    create_request,
     fast_settings,
     kind,
     script,
     start_server_with_plugins,
     stop_server,
 )
+from tests.web_support import ALICE, AUTH, BOB, CAROL, bearer
 
 
 async def tool_results(server: Server, run_id: str) -> list[str]:
@@ -346,3 +348,48 @@ async def test_the_python_client_reads_and_reconciles_executions(tmp_path: Path)
         ExecutionStatus.OUTCOME_UNKNOWN,
         ExecutionStatus.RECONCILED,
     ]
+
+
+async def test_reconciling_needs_the_reconciler_role_when_one_is_configured(
+    tmp_path: Path,
+) -> None:
+    auth = {"auth": {**AUTH["auth"], "reconciler_role": "approver"}}  # alice has it, carol not
+    settings = fast_settings(tmp_path).with_tables(auth, source="tests")
+    steps = script(tool_step("slow_unsafe", 1), {"text": "all done"})
+    first = await start_server_with_plugins(settings)
+    created = await first.runs.CreateRun(
+        create_request(steps, model="script"), metadata=bearer(ALICE)
+    )
+    watch = first.runs.WatchRunEvents(
+        pb.WatchRunEventsRequest(run_id=created.run_id), metadata=bearer(ALICE)
+    )
+    async for event in watch:
+        if kind(event) == "tool_execution_started":
+            watch.cancel()
+            break
+    await stop_server(first)
+    server = await start_server_with_plugins(settings)
+    stub = executions(server)
+    try:
+        [unknown] = [
+            e
+            for e in (
+                await stub.ListToolExecutions(
+                    x.ListToolExecutionsRequest(run_id=created.run_id), metadata=bearer(ALICE)
+                )
+            ).executions
+        ]
+        ran = x.ReconcileToolExecutionRequest(
+            execution_id=unknown.id, verdict=x.RECONCILE_VERDICT_RAN, output="slept"
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ReconcileToolExecution(ran, metadata=bearer(CAROL))
+        with pytest.raises(grpc.aio.AioRpcError) as hidden:
+            await stub.ReconcileToolExecution(ran, metadata=bearer(BOB))  # another tenant
+        done = await stub.ReconcileToolExecution(ran, metadata=bearer(ALICE))
+    finally:
+        await stop_server(server)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "'approver'" in (refused.value.details() or "")
+    assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    assert done.execution.status == x.TOOL_EXECUTION_STATUS_RECONCILED
