@@ -1,11 +1,14 @@
 """A scripted fake of agent.v1.WorkerService on 127.0.0.1: it records each stream's hello,
 welcomes it (a short heartbeat interval keeps tests fast), counts heartbeats, acks results,
-and sends what a test queues: tasks, or a status that ends the stream.
+records verdicts, and sends what a test queues: tasks, verifies, or a status that ends the
+stream.
 
     async with FakeWorkerService() as fake:
         stream = await fake.stream()           # the next stream, once welcomed
         stream.task("lookup_order", {"order_id": "o-1"})
         result = await stream.result()
+        stream.verify("lookup_order", {"order_id": "o-1"})
+        verdict = await stream.verdict()
         stream.end(grpc.StatusCode.UNAVAILABLE, "server stopping")
 """
 
@@ -39,6 +42,7 @@ class FakeStream:
         self.peer = peer  # the auth context: x509_common_name and the like, with TLS
         self.outgoing: asyncio.Queue[Any] = asyncio.Queue()
         self.results: asyncio.Queue[worker_pb2.WorkerResult] = asyncio.Queue()
+        self.verdicts: asyncio.Queue[worker_pb2.WorkerVerdict] = asyncio.Queue()
         self.heartbeats = 0
         self.acking = True  # False: results get no ack (as if it were lost)
         self._beats = asyncio.Condition()
@@ -54,6 +58,20 @@ class FakeStream:
         task = worker_pb2.WorkerTask(tool_name=tool, arguments=text, **fields)
         self.outgoing.put_nowait(worker_pb2.WorkerInstruction(task=task))
         return task
+
+    def verify(self, tool: str, arguments: Any = None, **fields: Any) -> worker_pb2.WorkerVerify:
+        """Ask whether an execution ran (arguments as for `task`); returns the question."""
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+        fields.setdefault("execution_id", f"exec-{next(_execution_ids)}")
+        fields.setdefault("attempt", 1)
+        fields.setdefault("idempotency_key", f"key-{fields['execution_id']}")
+        verify = worker_pb2.WorkerVerify(tool_name=tool, arguments=text, **fields)
+        self.outgoing.put_nowait(worker_pb2.WorkerInstruction(verify=verify))
+        return verify
+
+    async def verdict(self) -> worker_pb2.WorkerVerdict:
+        """The next verdict the worker sent (no ack answers it, as the server sends none)."""
+        return await asyncio.wait_for(self.verdicts.get(), WAIT_S)
 
     def end(self, code: grpc.StatusCode, details: str) -> None:
         """End the stream with a status (after what was queued before)."""
@@ -156,6 +174,8 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
             kind = message.WhichOneof("message")
             if kind == "heartbeat":
                 await stream.beat()
+            elif kind == "verdict":
+                stream.verdicts.put_nowait(message.verdict)
             elif kind == "result":
                 stream.results.put_nowait(message.result)
                 if not stream.acking:

@@ -210,7 +210,7 @@ async def test_the_hello_declares_the_tools_and_the_stream_carries_the_token(
         True,
     )
     assert (spec.timeout_s, spec.schedule_timeout_s, spec.max_attempts) == (30, 9, 1)
-    assert spec.output_schema == ""
+    assert spec.output_schema == "" and not spec.verifiable
 
 
 async def test_a_task_runs_with_its_context_and_its_result_is_sent(
@@ -582,6 +582,15 @@ async def test_serve_needs_tools_and_runs_once_at_a_time(fake: FakeWorkerService
 def test_all_is_sorted_and_exactly_the_public_names() -> None:
     public = {name for name in vars(behest.worker) if not name.startswith("_")}
     assert behest.worker.__all__ == sorted(public)
+    assert behest.worker.__all__ == [
+        "RetryableError",
+        "TaskContext",
+        "Verified",
+        "Worker",
+        "WorkerError",
+        "WorkerTool",
+        "current_task_context",
+    ]
     for name in behest.worker.__all__:
         assert getattr(behest.worker, name).__module__.startswith("behest.worker._"), name
 

@@ -16,13 +16,20 @@ Everything public is imported from here; the modules behind it are private, and 
 `_wire.py` speaks the wire.
 """
 
-from behest.worker._context import RetryableError, TaskContext, WorkerError, current_task_context
+from behest.worker._context import (
+    RetryableError,
+    TaskContext,
+    Verified,
+    WorkerError,
+    current_task_context,
+)
 from behest.worker._tools import WorkerTool
 from behest.worker._worker import Worker
 
 __all__ = [
     "RetryableError",
     "TaskContext",
+    "Verified",
     "Worker",
     "WorkerError",
     "WorkerTool",

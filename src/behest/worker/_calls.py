@@ -42,7 +42,7 @@ async def run_task(tool: WorkerTool, arguments: str, context: TaskContext) -> Ou
     try:
         values = tool.arguments_model.model_validate_json(arguments or "{}")
     except ValidationError as exc:
-        return Outcome(f"invalid arguments: {_invalid(exc)}", is_error=True)
+        return Outcome(f"invalid arguments: {invalid(exc)}", is_error=True)
     args, kwargs = _call_arguments(tool, values, context)
     try:
         with serving(context):
@@ -74,8 +74,16 @@ async def _call(tool: WorkerTool, args: list[Any], kwargs: dict[str, Any]) -> An
 
 
 async def _in_thread(name: str, call: Callable[[], Any]) -> Any:
-    """`call()` in a thread of its own, with this task's context variables. A daemon thread:
-    one stuck in a tool does not keep the process from exiting after a stop."""
+    return await start_thread(name, call)
+
+
+def start_thread(
+    name: str, call: Callable[[], Any], ended: Callable[[], None] | None = None
+) -> asyncio.Future[Any]:
+    """`call()` in a thread of its own, with this task's context variables; the future has
+    what came of it, and `ended()` is called in the loop once it ends (whether or not anyone
+    still waits). A daemon thread: one stuck in a tool does not keep the process from exiting
+    after a stop."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -86,13 +94,25 @@ async def _in_thread(name: str, call: Callable[[], Any]) -> Any:
         except BaseException as exc:
             outcome = (None, exc)
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(_settle, future, *outcome)
+            loop.call_soon_threadsafe(_settle, future, *outcome, ended)
 
-    threading.Thread(target=target, name=f"behest-worker {name}", daemon=True).start()
-    return await future
+    try:
+        threading.Thread(target=target, name=f"behest-worker {name}", daemon=True).start()
+    except BaseException:
+        if ended is not None:
+            ended()
+        raise
+    return future
 
 
-def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+def _settle(
+    future: asyncio.Future[Any],
+    value: Any,
+    exc: BaseException | None,
+    ended: Callable[[], None] | None,
+) -> None:
+    if ended is not None:
+        ended()
     if future.done():  # cancelled: nobody waits for it
         return
     if exc is None:
@@ -130,7 +150,7 @@ def words(exc: BaseException) -> str:
     return str(exc).strip() or type(exc).__name__
 
 
-def _invalid(exc: ValidationError) -> str:
+def invalid(exc: ValidationError) -> str:
     """Pydantic's errors on one line: `where: what` for each."""
     found = []
     for error in exc.errors(include_url=False):

@@ -1,4 +1,5 @@
-"""What a worker's tool knows of the task it serves, and the errors the SDK speaks in."""
+"""What a worker's tool knows of the task it serves, what a tool's check answers, and the
+errors the SDK speaks in."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import grpc
 
@@ -51,6 +53,20 @@ def serving(context: TaskContext) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """What a tool's check (`@worker.tool(verify=...)`) says of an execution whose outcome is
+    unknown: it ran (`ran=True`), `output` its result as the tool would have returned it (text
+    as is, anything else as JSON; None: not known, and the model is told so), an error result
+    with `is_error`; or it did not run (`ran=False`, the output ignored: the server runs the
+    call again). A check may return True or False for these without an output, and None when
+    it cannot tell."""
+
+    ran: bool
+    output: Any = None
+    is_error: bool = False
 
 
 class RetryableError(Exception):

@@ -1,13 +1,15 @@
 """One Connect stream, from hello to its end: the welcome awaited, then at once the server's
-instructions read (tasks started, acks taken), heartbeats sent twice per interval, and
-results sent as they are made; once the worker stops and nothing is left in hand, the stream
-is half-closed from this side and the server's end awaited. Any other end raises
-StreamEnded with the status it ended with."""
+instructions read (tasks started, acks taken, verifies checked), heartbeats sent twice per
+interval, results sent as they are made, and verdicts as their checks give them (on this
+stream only: one that breaks first is not sent; the server asks again if it needs to); once
+the worker stops and nothing is left in hand, the stream is half-closed from this side and the
+server's end awaited. Any other end raises StreamEnded with the status it ended with."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -16,6 +18,8 @@ import grpc
 import grpc.aio
 
 from behest.worker import _wire
+from behest.worker._checks import Checks
+from behest.worker._context import TaskContext
 from behest.worker._tasks import Tasks
 
 log = logging.getLogger("behest.worker")
@@ -47,6 +51,7 @@ class Stream:
         open_call: Callable[[], Any],
         hello: Any,
         tasks: Tasks,
+        checks: Checks,
         number: int,
         stopping: asyncio.Event,
     ) -> None:
@@ -54,6 +59,8 @@ class Stream:
         self._open_call = open_call
         self._hello = hello
         self._tasks = tasks
+        self._checks = checks
+        self._checking: set[asyncio.Task[None]] = set()  # verifies being answered
         self._number = number
         self._stopping = stopping
         self._lock = asyncio.Lock()  # one write at a time
@@ -113,9 +120,10 @@ class Stream:
                 await asyncio.wait([reader], timeout=_CLOSE_WAIT_S)
                 return
         finally:
-            for job in jobs:
+            ending = [*jobs, *self._checking]  # a verdict not sent by now never is
+            for job in ending:
                 job.cancel()
-            await asyncio.gather(*jobs, return_exceptions=True)
+            await asyncio.gather(*ending, return_exceptions=True)
         for job in done:
             job.result()  # a break raises here
 
@@ -131,6 +139,26 @@ class Stream:
                 self._tasks.take(instruction, worker_id)
             elif isinstance(instruction, _wire.Ack):
                 await self._tasks.acknowledged(instruction)
+            elif isinstance(instruction, _wire.Verify):
+                context = dataclasses.replace(instruction.context, worker_id=worker_id)
+                job = asyncio.create_task(
+                    self._answer(context, instruction.arguments),
+                    name=f"behest.worker verify {context.execution_id}",
+                )
+                self._checking.add(job)
+                job.add_done_callback(self._checking.discard)
+
+    async def _answer(self, context: TaskContext, arguments: str) -> None:
+        """A verify's check run and its verdict sent on this stream (if it is still up)."""
+        key = (context.execution_id, context.attempt)
+        log.debug("verify %s: %s (attempt %d)", key[0], context.tool_name, key[1])
+        verdict = await self._checks.verdict(context, arguments)
+        try:
+            await self._write(_wire.verdict(*key, verdict))
+        except (StreamEnded, grpc.aio.AioRpcError):
+            log.info("verdict on %s (attempt %d) not sent: the stream ended", *key)
+            return
+        log.debug("verdict on %s (attempt %d) sent", *key)
 
     async def _beat(self, interval: float) -> None:
         # Twice per interval: a beat a little late (a busy loop) still lands in time.

@@ -1,6 +1,7 @@
 """A tool as a worker declares it: the JSON Schema of its parameters from the function's type
-hints (a pydantic model made of the signature), its description from the docstring, and the
-parameter, if any, that takes the task's context."""
+hints (a pydantic model made of the signature), its description from the docstring, the
+parameter, if any, that takes the task's context, and its check (`verify`), if any: which of
+the tool's parameters it takes, and its own context's parameter."""
 
 from __future__ import annotations
 
@@ -24,12 +25,26 @@ _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """A tool's check: its function, and what it is called with of the tool's checked
+    arguments (by their parameters' names: `positional` by position, `keywords` by name) and
+    the parameter that takes the context (None: none does)."""
+
+    function: Callable[..., Any]
+    is_async: bool = False
+    positional: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    context_parameter: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerTool:
     """A tool a worker serves: what its hello declares, and how to call its function.
 
     `parameters_schema` is the JSON Schema the model's arguments must fit (an object schema,
     draft 2020-12, local `$ref`s only); `context_parameter` names the parameter that receives
-    the TaskContext (None: none does).
+    the TaskContext (None: none does). `check` is the tool's `verify`, if it has one: then it
+    is `verifiable`, as its hello says.
     """
 
     name: str
@@ -50,6 +65,12 @@ class WorkerTool:
     arguments_model: type[BaseModel] = field(repr=False)
     parameters: tuple[str, ...] = field(default=(), repr=False)
     positional_only: int = field(default=0, repr=False)
+    check: Check | None = field(default=None, repr=False)
+
+    @property
+    def verifiable(self) -> bool:
+        """Whether the tool has a check: the worker answers `verify` for it."""
+        return self.check is not None
 
 
 class _Schema(GenerateJsonSchema):
@@ -70,6 +91,7 @@ def declare(
     name: str | None,
     description: str | None,
     output_schema: Mapping[str, Any] | type | None,
+    verify: Callable[..., Any] | None = None,
     **options: Any,
 ) -> WorkerTool:
     """The declaration of `function` as a tool; TypeError or ValueError when it cannot be."""
@@ -89,6 +111,7 @@ def declare(
         arguments_model=model,
         parameters=parameters,
         positional_only=positional_only,
+        check=None if verify is None else _check(name, verify, parameters),
         **options,
     )
 
@@ -115,11 +138,7 @@ def _arguments(
         if parameter.kind in _VARIADIC:
             raise TypeError(f"tool {name}: *args and **kwargs have no schema; name each parameter")
         hint = hints.get(parameter.name, Any)
-        if parameter.name == "context" or _is_context(hint):
-            if context is not None:
-                raise TypeError(f"tool {name}: two parameters ask for the context")
-            if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
-                raise TypeError(f"tool {name}: the context's parameter cannot be positional-only")
+        if _takes_context(name, parameter, hint, context):
             context = parameter.name
             continue
         if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
@@ -131,6 +150,48 @@ def _arguments(
         parameters.append(parameter.name)
     model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     return model, tuple(parameters), positional_only, context
+
+
+def _check(name: str, verify: Callable[..., Any], parameters: tuple[str, ...]) -> Check:
+    """The declaration of a tool's check: it takes some or all of the tool's parameters (by
+    their names), and the context if it asks for it as a tool does."""
+    who = f"{name}'s check"
+    if not callable(verify):
+        raise TypeError(f"tool {who}: verify must be a function, not a {type(verify).__name__}")
+    hints = _hints(who, verify)
+    positional: list[str] = []
+    keywords: list[str] = []
+    context = None
+    for parameter in inspect.signature(verify).parameters.values():
+        if parameter.kind in _VARIADIC:
+            raise TypeError(f"tool {who}: *args and **kwargs cannot be filled; name each parameter")
+        if _takes_context(who, parameter, hints.get(parameter.name, Any), context):
+            context = parameter.name
+        elif parameter.name not in parameters:
+            raise TypeError(f"tool {who}: {parameter.name!r} is not a parameter of the tool")
+        elif parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+            positional.append(parameter.name)
+        else:
+            keywords.append(parameter.name)
+    return Check(
+        function=verify,
+        is_async=_is_async(verify),
+        positional=tuple(positional),
+        keywords=tuple(keywords),
+        context_parameter=context,
+    )
+
+
+def _takes_context(who: str, parameter: inspect.Parameter, hint: Any, found: str | None) -> bool:
+    """Whether a parameter takes the context (named `context`, or annotated TaskContext);
+    TypeError if another one (`found`) does already, or if it is positional-only."""
+    if parameter.name != "context" and not _is_context(hint):
+        return False
+    if found is not None:
+        raise TypeError(f"tool {who}: two parameters ask for the context")
+    if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+        raise TypeError(f"tool {who}: the context's parameter cannot be positional-only")
+    return True
 
 
 def _hints(name: str, function: Callable[..., Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The worker's one meeting point with the wire: the WorkerService stub, the messages it
-sends (hello, heartbeat, result) and the instructions it reads (welcome, task, ack). The only
-module of behest.worker that imports `behest._proto`."""
+sends (hello, heartbeat, result, verdict) and the instructions it reads (welcome, task, ack,
+verify). The only module of behest.worker that imports `behest._proto`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import grpc.aio
 
 from behest._proto.agent.v1 import worker_pb2, worker_pb2_grpc
 from behest.worker._calls import Outcome
+from behest.worker._checks import Verdict
 from behest.worker._context import TaskContext
 from behest.worker._tools import WorkerTool
 
@@ -27,6 +28,15 @@ class Welcome:
 @dataclass(frozen=True, slots=True)
 class Task:
     """A task as it came: its context (without the worker id) and its arguments' JSON."""
+
+    context: TaskContext
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """A question about an execution whose outcome the server does not know: its context (no
+    session id, deadline or worker id) and its arguments' JSON."""
 
     context: TaskContext
     arguments: str
@@ -59,6 +69,7 @@ def hello(name: str, tools: Iterable[WorkerTool], max_tasks: int) -> worker_pb2.
             timeout_s=tool.timeout_s,
             schedule_timeout_s=tool.schedule_timeout_s,
             max_attempts=tool.max_attempts,
+            verifiable=tool.verifiable,
         )
         for tool in tools
     ]
@@ -83,7 +94,22 @@ def result(execution_id: str, attempt: int, outcome: Outcome) -> worker_pb2.Work
     )
 
 
-def instruction(message: worker_pb2.WorkerInstruction) -> Welcome | Task | Ack | None:
+def verdict(execution_id: str, attempt: int, verdict: Verdict) -> worker_pb2.WorkerMessage:
+    return worker_pb2.WorkerMessage(
+        verdict=worker_pb2.WorkerVerdict(
+            execution_id=execution_id,
+            attempt=attempt,
+            known=verdict.known,
+            ran=verdict.ran,
+            output=verdict.output,
+            is_error=verdict.is_error,
+        )
+    )
+
+
+def instruction(
+    message: worker_pb2.WorkerInstruction,
+) -> Welcome | Task | Ack | Verify | None:
     """What the server said; None for an instruction newer than this SDK (ignored)."""
     kind = message.WhichOneof("instruction")
     if kind == "welcome":
@@ -94,6 +120,8 @@ def instruction(message: worker_pb2.WorkerInstruction) -> Welcome | Task | Ack |
     if kind == "ack":
         ack = message.ack
         return Ack(ack.execution_id, ack.attempt, ack.accepted, ack.reason)
+    if kind == "verify":
+        return _verify(message.verify)
     return None
 
 
@@ -110,3 +138,16 @@ def _task(task: worker_pb2.WorkerTask) -> Task:
         deadline=deadline,
     )
     return Task(context, task.arguments)
+
+
+def _verify(verify: worker_pb2.WorkerVerify) -> Verify:
+    context = TaskContext(
+        execution_id=verify.execution_id,
+        attempt=verify.attempt,
+        idempotency_key=verify.idempotency_key,
+        tool_name=verify.tool_name,
+        run_id=verify.run_id,
+        session_id="",
+        call_id=verify.call_id,
+    )
+    return Verify(context, verify.arguments)

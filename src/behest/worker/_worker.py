@@ -30,6 +30,7 @@ import grpc.aio
 from behest.backoff import backoff_s
 from behest.client._channel import FilePath, authorization, credentials
 from behest.worker import _wire
+from behest.worker._checks import Checks
 from behest.worker._context import WorkerError
 from behest.worker._stream import Stream, StreamEnded
 from behest.worker._tasks import Tasks
@@ -53,10 +54,11 @@ _REFUSALS = frozenset(
 
 @dataclass(slots=True)
 class _Serving:
-    """One serve(): its channel, the tasks in hand, and whether it stops."""
+    """One serve(): its channel, the tasks in hand, the checks, and whether it stops."""
 
     channel: grpc.aio.Channel
     tasks: Tasks
+    checks: Checks
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     main: asyncio.Task[None] | None = None
     forced: bool = False
@@ -159,6 +161,7 @@ class Worker:
         schedule_timeout_s: float = 60.0,
         max_attempts: int = 1,
         output_schema: Mapping[str, Any] | type | None = None,
+        verify: Callable[..., Any] | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -176,12 +179,18 @@ class Worker:
         schedule_timeout_s: float = 60.0,
         max_attempts: int = 1,
         output_schema: Mapping[str, Any] | type | None = None,
+        verify: Callable[..., Any] | None = None,
     ) -> Any:
         """Declare a function (sync or async) as a tool; used as `@worker.tool` or
         `@worker.tool(...)`, it returns the function unchanged. The parameters' JSON Schema
         comes from their type hints, the description from the docstring (or `description`);
         a parameter named `context` or annotated TaskContext gets the task's context and is
         not in the schema. The flags and limits are WorkerToolSpec's (worker.proto).
+
+        `verify` is the tool's check (sync or async) of an execution whose outcome the server
+        does not know: it takes the tool's parameters (all or some, by name; checked as for a
+        call) and the context as a tool does, and returns True or a Verified (it ran), False
+        (it did not) or None (cannot tell). The hello declares the tool verifiable.
         """
 
         def add(function: F) -> F:
@@ -190,6 +199,7 @@ class Worker:
                 name=name,
                 description=description,
                 output_schema=output_schema,
+                verify=verify,
                 idempotent=idempotent,
                 read_only=read_only,
                 concurrency_safe=concurrency_safe,
@@ -212,7 +222,11 @@ class Worker:
             raise RuntimeError("this worker is serving already")
         if not self._tools:
             raise ValueError("the worker has no tools: declare some with @worker.tool")
-        serving = _Serving(channel=self._channel(), tasks=Tasks(self.tools, self.max_tasks))
+        serving = _Serving(
+            channel=self._channel(),
+            tasks=Tasks(self.tools, self.max_tasks),
+            checks=Checks(self.tools, self.max_tasks),
+        )
         self._serving = serving
         serving.main = asyncio.create_task(self._keep_connected(serving))
         try:
@@ -281,6 +295,7 @@ class Worker:
                 lambda: _wire.connect(serving.channel, self._call_metadata()),
                 _wire.hello(self.name, self._tools.values(), self.max_tasks),
                 serving.tasks,
+                serving.checks,
                 number,
                 serving.stopping,
             )
