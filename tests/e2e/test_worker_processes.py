@@ -139,3 +139,27 @@ async def test_a_kill_9_of_a_worker_leaves_an_unsafe_call_to_a_reconciliation(
     assert rerun[1] == "2"
     assert kind(events[-1]) == "run_completed"
     assert said(events) == "place_order: placed an order for lamp"
+
+
+async def test_a_worker_process_checks_a_call_whose_worker_died(tmp_path: Path) -> None:
+    server = await start_server(fast_settings(tmp_path, worker_heartbeat_s=0.2))
+    try:
+        async with worker_process(server.address, "first") as first:
+            await serving(server, "reserve")
+            created = await server.runs.CreateRun(
+                create_request(calling("reserve", item="lamp", seconds=30), model="script")
+            )
+            _, _, key, _ = await first.started()
+            async with worker_process(server.address, "second"):
+                await serving(server, "reserve", count=2)
+                first.process.send_signal(signal.SIGKILL)
+                events = await collect(
+                    server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=created.run_id))
+                )
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    assert said(events) == f"reserve: lamp reserved (key {key[:8]})"  # the check's, once
+    [reconciled] = [e for e in events if kind(e) == "tool_execution_reconciled"]
+    assert reconciled.tool_execution_reconciled.reconciled_by == "the check of reserve"
+    assert [kind(e) for e in events].count("tool_execution_started") == 1

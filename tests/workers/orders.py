@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from behest.worker import TaskContext, Worker
+from behest.worker import TaskContext, Verified, Worker
 
 worker = Worker("127.0.0.1:1", name=os.environ.get("ORDERS_WORKER_NAME", ""))
 
@@ -31,3 +31,16 @@ async def place_order(item: str, context: TaskContext, seconds: float = 0) -> st
     _started(context)
     await asyncio.sleep(seconds if context.attempt == 1 else 0)
     return f"placed an order for {item}"
+
+
+async def _reserved(item: str, context: TaskContext) -> Verified:
+    """reserve's check: the backend (here, the key alone) says the reservation was made."""
+    return Verified(ran=True, output=f"{item} reserved (key {context.idempotency_key[:8]})")
+
+
+@worker.tool(verify=_reserved)
+async def reserve(item: str, context: TaskContext, seconds: float = 0) -> str:
+    """Reserve `item` (not idempotent; its check tells whether a reservation was made)."""
+    _started(context)
+    await asyncio.sleep(seconds if context.attempt == 1 else 0)
+    return f"{item} reserved"
