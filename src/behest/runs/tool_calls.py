@@ -22,6 +22,7 @@ from behest.domain import events as ev
 from behest.domain.executions import ToolExecution
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import Run, RunStatus, ToolChoice
+from behest.domain.workers import Task
 from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
@@ -61,6 +62,7 @@ class ToolRunner:
         self.executors: dict[str, str] = {}  # of those, the worker that had it
         self._rejoin: dict[str, ToolExecution] = {}
         self._refused: dict[str, str] = {}  # worker calls queued no task for: why
+        self._queued: dict[str, Task] = {}  # the tasks just queued, by call id
         self._log = log
         self._executions = executions
         self._tools = tools
@@ -176,22 +178,46 @@ class ToolRunner:
         the tool runs: a tool may have side effects."""
         progress = self._progress
         execution, record = self._executions.begin(call)
-        queued = []
+        task = await self._task(call, execution)
+        queued = [EnqueueTask(task)] if task is not None else []
+        hub, tenant = self._workers.hub if self._workers else None, progress.run.tenant
+        handed = hub.offer(tenant, call.name) if hub is not None and task is not None else None
         tool = self._worker_tool(call)
-        if tool is not None and self._workers is not None:
-            _, problem = self._tools.arguments_of(call)
-            full = "" if problem else await self._workers.hub.full(progress.run.tenant)
-            self._refused[call.id] = problem or full
-            if not problem and not full:
-                queued = [EnqueueTask(self._workers.task(execution, tool, call.arguments))]
-        started = await self._log.emit(
-            ev.ToolExecutionStarted(call.id, call.name, execution.id, execution.attempt),
-            state=[*record, *queued, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
-        )
-        await asyncio.shield(started)
-        if queued and self._workers is not None:
-            await self._workers.hub.enqueued(progress.run.tenant)
+        if handed is not None and self._workers is not None and tool is not None:
+            # A worker here waits: the task is queued leased to it, no claim to write.
+            task = self._workers.task(execution, tool, call.arguments, handed.worker)
+            queued, self._queued[call.id] = [EnqueueTask(task)], task
+        try:
+            started = await self._log.emit(
+                ev.ToolExecutionStarted(call.id, call.name, execution.id, execution.attempt),
+                state=[*record, *queued, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
+            )
+            await asyncio.shield(started)
+        except BaseException:
+            if hub is not None and handed is not None:
+                hub.deliver(handed, None)
+            raise
+        if hub is not None and handed is not None:
+            hub.deliver(handed, task)
+        elif hub is not None and task is not None:
+            await hub.enqueued(tenant)
         return execution
+
+    async def _task(self, call: ToolCall, execution: ToolExecution) -> Task | None:
+        """A worker tool's task for the execution (None: not a worker tool's call, or it
+        queues no task: its arguments do not fit, or its tenant's queue is full)."""
+        tool = self._worker_tool(call)
+        if tool is None or self._workers is None:
+            return None
+        _, problem = self._tools.arguments_of(call)
+        full = "" if problem else await self._workers.hub.full(self._progress.run.tenant)
+        self._refused[call.id] = problem or full
+        if problem or full:
+            return None
+        task = self._workers.task(execution, tool, call.arguments)
+        self._queued[call.id] = task
+        self._workers.hub.expect(task.execution_id)
+        return task
 
     async def _outcome(
         self, call: ToolCall, execution: ToolExecution, rejoined: bool
@@ -203,7 +229,8 @@ class ToolRunner:
             problem = self._refused.pop(call.id, "")
             if problem:  # no task was queued: bad arguments, or its tenant's queue is full
                 return CallOutcome(Next.RESULT, ToolResult(problem, is_error=True))
-            return await self._workers.outcome(execution, tool, rejoined=rejoined)
+            task = self._queued.pop(call.id, None)
+            return await self._workers.outcome(execution, tool, rejoined=rejoined, queued=task)
         if call.name == SPAWN_TOOL and self._spawn is not None:
             result = await self._spawn(call)
         elif call.name in self._offered or self._tools.get(call.name) is None:

@@ -13,13 +13,13 @@ and what its outcome means for the call.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from behest.backoff import backoff_s
 from behest.domain.executions import ToolExecution
 from behest.domain.runs import Run
-from behest.domain.workers import Task
+from behest.domain.workers import Task, TaskState, WorkerRecord
 from behest.runs.worker_hub import Ending, WorkerHub
 from behest.runs.worker_tools import WorkerTool
 from behest.tools.base import ToolResult
@@ -55,10 +55,17 @@ class WorkerCalls:
         self._run = run
         self.hub = hub
 
-    def task(self, execution: ToolExecution, tool: WorkerTool, arguments: str) -> Task:
-        """The task of `execution`, to queue with the step that starts it."""
+    def task(
+        self,
+        execution: ToolExecution,
+        tool: WorkerTool,
+        arguments: str,
+        leased_to: WorkerRecord | None = None,
+    ) -> Task:
+        """The task of `execution`, to queue with the step that starts it (`leased_to`: a
+        worker waiting here, which it is handed to once the step is durable)."""
         now = datetime.now(UTC)
-        return Task(
+        task = Task(
             execution_id=execution.id,
             attempt=execution.attempt,
             run_id=self._run.id,
@@ -72,13 +79,28 @@ class WorkerCalls:
             schedule_deadline=now + timedelta(seconds=tool.spec.schedule_timeout_s),
             timeout_s=tool.spec.timeout_s,
         )
+        if leased_to is None:
+            return task
+        return replace(
+            task,
+            state=TaskState.LEASED,
+            worker_id=leased_to.id,
+            worker_name=leased_to.name,
+            lease_until=now + timedelta(seconds=self.hub.settings.lease_s),
+            deadline=now + timedelta(seconds=task.timeout_s),
+        )
 
     async def outcome(
-        self, execution: ToolExecution, tool: WorkerTool | None, *, rejoined: bool = False
+        self,
+        execution: ToolExecution,
+        tool: WorkerTool | None,
+        *,
+        rejoined: bool = False,
+        queued: Task | None = None,
     ) -> CallOutcome:
         """Wait for the execution's task, and say what comes next. `tool` None: its workers
         are gone since (a run taken up again), the task's own bounds still hold."""
-        outcome = await self.hub.outcome(execution.id, rejoined=rejoined)
+        outcome = await self.hub.outcome(execution.id, rejoined=rejoined, queued=queued)
         task = outcome.task
         by = f"worker {task.worker_id} ({task.worker_name})" if task.worker_id else ""
         idempotent = execution.idempotent

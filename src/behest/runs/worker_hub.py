@@ -70,6 +70,16 @@ class HubSettings:
         return self.heartbeat_s * LEASE_INTERVALS
 
 
+@dataclass(eq=False)
+class _Idle:
+    """A worker connected here, waiting for a task: given one (or None: look again)."""
+
+    worker: WorkerRecord
+    names: frozenset[str]
+    given: asyncio.Future[Task | None]
+    chosen: bool = False  # a run is queuing a task for it
+
+
 class Verifier(Protocol):
     """A worker's connection served here (runs/worker_session.py WorkerSession)."""
 
@@ -88,8 +98,10 @@ class WorkerHub:
         self._store = store
         self._node = node
         self.settings = settings
-        self._queued: dict[str, asyncio.Condition] = collections.defaultdict(asyncio.Condition)
+        self._idle: dict[str, list[_Idle]] = collections.defaultdict(list)  # by tenant
         self._results: dict[str, asyncio.Event] = {}
+        # Results taken here for runs waiting here, by execution id.
+        self._taken: dict[str, tuple[WorkerRecord, TaskResult]] = {}
         self._directory: dict[str, tuple[float, list[WorkerRecord]]] = {}
         self.stopping = asyncio.Event()  # set: this replica stops; its workers go elsewhere
         self._wakeups: set[asyncio.Task[None]] = set()
@@ -153,31 +165,63 @@ class WorkerHub:
         await self._store.worker_heartbeat(worker.id, now=now, lease_until=until)
 
     async def next_task(self, worker: WorkerRecord) -> Task:
-        """The next task the worker takes (waits until there is one)."""
-        names = [spec.name for spec in worker.tools]
-        queued = self._queued[worker.tenant]
+        """The next task the worker takes (waits until there is one): one queued (claimed
+        from the store), or one a run here hands it as it queues it (`offer`)."""
+        names = frozenset(spec.name for spec in worker.tools)
         while True:
             task = await self._store.claim_task(
-                worker, names, now=_now(), lease_s=self.settings.lease_s
+                worker, sorted(names), now=_now(), lease_s=self.settings.lease_s
             )
             if task is not None:
                 return task
-            async with queued:
-                try:
-                    await asyncio.wait_for(queued.wait(), self.settings.poll_s)
-                except TimeoutError:
-                    pass
+            idle = _Idle(worker, names, asyncio.get_running_loop().create_future())
+            waiting = self._idle[worker.tenant]
+            waiting.append(idle)
+            try:
+                given = await asyncio.wait_for(asyncio.shield(idle.given), self.settings.poll_s)
+            except TimeoutError:
+                given = await idle.given if idle.chosen else None  # handed one: it comes
+            finally:
+                if idle in waiting:
+                    waiting.remove(idle)
+                if not idle.given.done():
+                    idle.given.cancel()
+            if given is not None:
+                return given
+
+    def offer(self, tenant: str, tool_name: str) -> _Idle | None:
+        """A worker connected here waiting for a task of this tool, if any: the run queues
+        its task leased to it (no claim to write), then `deliver`s it."""
+        for idle in self._idle[tenant]:
+            if tool_name in idle.names and not idle.given.done():
+                self._idle[tenant].remove(idle)
+                idle.chosen = True
+                return idle
+        return None
+
+    def deliver(self, idle: _Idle, task: Task | None) -> None:
+        """Hand the worker the task queued for it (None: the step that queues it failed:
+        the worker looks again). A worker gone meanwhile: the task is queued again."""
+        if not idle.given.done():
+            idle.given.set_result(task)
+        elif task is not None:
+            release = self.release(idle.worker, task.execution_id)
+            job = asyncio.get_running_loop().create_task(release)
+            self._wakeups.add(job)
+            job.add_done_callback(self._wakeups.discard)
 
     async def release(self, worker: WorkerRecord, execution_id: str) -> None:
         """A task the worker took but was never sent (its stream ended): queued again."""
         await self._store.release_task(execution_id, worker_id=worker.id)
 
     async def hand_in(self, worker: WorkerRecord, result: TaskResult) -> ResultRefused | None:
-        """A worker's result of a task it holds: taken (None), or why not."""
+        """A worker's result of a task it holds: taken (None), or why not. A run here that
+        waits for it gets it at once, without reading it back."""
         refused = await self._store.complete_task(worker.id, result, now=_now())
         if refused is None:
             waiting = self._results.get(result.execution_id)
             if waiting is not None:
+                self._taken[result.execution_id] = (worker, result)
                 waiting.set()
         return refused
 
@@ -212,23 +256,37 @@ class WorkerHub:
             waiting.set()
 
     async def enqueued(self, tenant: str) -> None:
-        """A run here queued a task (its step is durable): wake this tenant's workers here."""
-        queued = self._queued[tenant]
-        async with queued:
-            queued.notify_all()
+        """A task of the tenant was queued (its step is durable): its workers waiting here
+        look for it now."""
+        for idle in list(self._idle[tenant]):
+            if not idle.given.done() and not idle.chosen:
+                idle.given.set_result(None)
 
-    async def outcome(self, execution_id: str, *, rejoined: bool = False) -> TaskOutcome:
+    def expect(self, execution_id: str) -> None:
+        """A run here is about to queue this task: a result taken here before it waits
+        (`outcome`) is kept for it."""
+        self._results.setdefault(execution_id, asyncio.Event())
+
+    async def outcome(
+        self, execution_id: str, *, rejoined: bool = False, queued: Task | None = None
+    ) -> TaskOutcome:
         """Wait for the task's outcome. `rejoined`: a run taken up again, whose worker gets
-        one more lease to reconnect and hand its result in."""
+        one more lease to reconnect and hand its result in; `queued`: the task, just queued
+        here (nothing to look for before a first wake-up)."""
         event = self._results.setdefault(execution_id, asyncio.Event())
         try:
             if rejoined:
                 until = _now() + timedelta(seconds=self.settings.lease_s)
                 await self._store.rejoin_task(execution_id, lease_until=until)
+            look = queued is None
             while True:
-                found = await self._look(execution_id)
+                taken = self._taken.pop(execution_id, None)
+                if taken is not None and queued is not None:
+                    return TaskOutcome(Ending.DONE, _done(queued, *taken))
+                found = await self._look(execution_id) if look else None
                 if found is not None:
                     return found
+                look = True
                 try:
                     await asyncio.wait_for(event.wait(), self.settings.poll_s)
                 except TimeoutError:
@@ -236,6 +294,7 @@ class WorkerHub:
                 event.clear()
         finally:
             self._results.pop(execution_id, None)
+            self._taken.pop(execution_id, None)
 
     async def _look(self, execution_id: str) -> TaskOutcome | None:
         task = await self._store.worker_task(execution_id)
@@ -260,6 +319,19 @@ class WorkerHub:
 
 
 _GRACE = timedelta(seconds=DEADLINE_GRACE_S)
+
+
+def _done(task: Task, worker: WorkerRecord, result: TaskResult) -> Task:
+    """`task` as the store now holds it, with `worker`'s `result` taken."""
+    return replace(
+        task,
+        state=TaskState.DONE,
+        worker_id=worker.id,
+        worker_name=worker.name,
+        output=result.output,
+        is_error=result.is_error,
+        retryable=result.retryable,
+    )
 
 
 def _now() -> datetime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
@@ -130,8 +131,14 @@ class WorkerSession:
         out: asyncio.Queue[object],
         dispatcher: asyncio.Task[None],
     ) -> None:
+        renewed = 0.0
+        every = self._hub.settings.heartbeat_s / 3
         async for message in incoming:
-            await self._hub.heartbeat(self.worker)
+            # Any message says the worker is alive; its leases are renewed at most every
+            # third of a heartbeat interval (a busy worker's results do not each write one).
+            if isinstance(message, WorkerHeartbeat) or time.monotonic() - renewed >= every:
+                await self._hub.heartbeat(self.worker)
+                renewed = time.monotonic()
             if isinstance(message, TaskResult):
                 await out.put(await self._hand_in(message))
             elif isinstance(message, WorkerDrain):
