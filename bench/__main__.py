@@ -535,7 +535,7 @@ async def run_workers(suite: Suite) -> None:
         server = await children.start_behest(Path(data_dir))
         async with children.running(server), items.channel(server.address) as ch:
             await items.warm_up(rpc.RunServiceStub(ch))
-            result = await suite.item("10", lambda: workers.measure(server.address))
+            result = await suite.item("10", lambda: workers.measure(server.address, suite.sizes))
     suite.results["10"] = {"name": NAMES["10"], "store": "sqlite", **result}
     if "error" in result:
         return
@@ -639,7 +639,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         metavar="ITEM",
-        help="measure only these items (1-9; repeat or separate with commas); "
+        help="measure only these items (1-10; repeat or separate with commas); "
         "items 2, 3, 4 and 7 measure the floors too, for their ratios",
     )
     parser.add_argument(

@@ -45,6 +45,10 @@ class Sizes:
     failover_step_deltas: int
     failover_delay_ms: float
     failover_lease_s: float
+    # Item 10: worker tools. Sequential one-call runs (after a tenth as many to warm up),
+    # then runs of 5 calls, 20 at a time.
+    worker_round_trips: int
+    worker_runs: int
     item_timeout_s: float
 
 
@@ -78,6 +82,8 @@ FULL = Sizes(
     failover_step_deltas=30,
     failover_delay_ms=100,  # 6 x 30 x 100 ms: 18 s of deltas a run
     failover_lease_s=3.0,
+    worker_round_trips=200,
+    worker_runs=200,
     item_timeout_s=240.0,
 )
 QUICK = Sizes(
@@ -110,5 +116,7 @@ QUICK = Sizes(
     failover_step_deltas=15,
     failover_delay_ms=100,  # 6 s a run
     failover_lease_s=2.0,
+    worker_round_trips=20,
+    worker_runs=20,
     item_timeout_s=60.0,
 )

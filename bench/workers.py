@@ -1,12 +1,13 @@
 """Item 10 (issue 25): worker tools against the in-process calculator, on one SQLite server.
 
-10.1: sequential runs of one tool call each; a call's round trip is the time between its
-ToolExecutionStarted and ToolExecutionFinished (the events' own timestamps, set as each step
-is emitted): the calculator's in behest's process, a worker tool's through a worker connected
-to the server (one that answers at once, over the wire: tests/workers/raw.py). The overhead
-(worker p50 - calculator p50) is compared with the unary floor (target ≤ 3x).
-10.2: runs of 5 tool calls each, 20 at a time: calls/s through 10 workers against calls/s
-of the in-process calculator (target ≥ 0.5x).
+10.1: sequential runs of one tool call each (Sizes.worker_round_trips); a call's round trip
+is the time between its ToolExecutionStarted and ToolExecutionFinished (the events' own
+timestamps, set as each step is emitted): the calculator's in behest's process, a worker
+tool's through a worker connected to the server (one that answers at once, over the wire:
+tests/workers/raw.py). The overhead (worker p50 - calculator p50) is compared with the unary
+floor (target ≤ 3x).
+10.2: runs of 5 tool calls each (Sizes.worker_runs), 20 at a time: calls/s through 10
+workers against calls/s of the in-process calculator (target ≥ 0.5x).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest._proto.agent.v1 import worker_pb2 as w
 from bench.items import channel, create_request, percentile
+from bench.sizes import Sizes
 from tests.workers.raw import RawWorker
 
 TOOL = "echo_back"
@@ -34,10 +36,9 @@ SPEC = w.WorkerToolSpec(
     concurrency_safe=True,
 )
 WORKERS = 10
-ROUND_TRIPS, WARM_UP = 200, 20
 # A run's model calls stay under max_iterations (10), each tool call differs from the last
 # (the doom-loop rule stops a run that repeats one).
-RUNS, CALLS_PER_RUN, AT_ONCE = 200, 5, 20
+CALLS_PER_RUN, AT_ONCE = 5, 20
 
 
 def _calls(tool: str, calls: int) -> str:
@@ -68,16 +69,17 @@ def _round_trips_ms(events: list[pb.AgentEvent]) -> list[float]:
     return took
 
 
-async def round_trips(stub: rpc.RunServiceStub, tool: str) -> dict[str, float]:
+async def round_trips(stub: rpc.RunServiceStub, tool: str, count: int) -> dict[str, float]:
     samples: list[float] = []
-    for i in range(WARM_UP + ROUND_TRIPS):
+    warm_up = max(1, count // 10)
+    for i in range(warm_up + count):
         took = _round_trips_ms(await _run(stub, tool, 1))
-        if i >= WARM_UP:
+        if i >= warm_up:
             samples += took
     return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99)}
 
 
-async def calls_per_s(stub: rpc.RunServiceStub, tool: str) -> float:
+async def calls_per_s(stub: rpc.RunServiceStub, tool: str, runs: int) -> float:
     slots = asyncio.Semaphore(AT_ONCE)
 
     async def one() -> None:
@@ -85,8 +87,8 @@ async def calls_per_s(stub: rpc.RunServiceStub, tool: str) -> float:
             await _run(stub, tool, CALLS_PER_RUN)
 
     began = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(RUNS)))
-    return RUNS * CALLS_PER_RUN / (time.perf_counter() - began)
+    await asyncio.gather(*(one() for _ in range(runs)))
+    return runs * CALLS_PER_RUN / (time.perf_counter() - began)
 
 
 @contextlib.asynccontextmanager
@@ -117,13 +119,15 @@ async def _serve(worker: RawWorker) -> None:
             beat = time.monotonic()
 
 
-async def measure(address: str) -> dict[str, Any]:
+async def measure(address: str, sizes: Sizes) -> dict[str, Any]:
+    trips, runs = sizes.worker_round_trips, sizes.worker_runs
     async with _workers(address), channel(address) as ch:
         stub = rpc.RunServiceStub(ch)
-        calculator = await round_trips(stub, "calculator")
-        worker = await round_trips(stub, TOOL)
-        in_process = statistics.median([await calls_per_s(stub, "calculator") for _ in range(2)])
-        through_workers = statistics.median([await calls_per_s(stub, TOOL) for _ in range(2)])
+        calculator = await round_trips(stub, "calculator", trips)
+        worker = await round_trips(stub, TOOL, trips)
+        rates = [await calls_per_s(stub, "calculator", runs) for _ in range(2)]
+        in_process = statistics.median(rates)
+        through_workers = statistics.median([await calls_per_s(stub, TOOL, runs) for _ in range(2)])
     return {
         "calculator": calculator,
         "worker": worker,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9"}
+ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}
 POSTGRES = any(os.environ.get(k) for k in ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL"))
 
 
@@ -53,6 +53,7 @@ def test_quick_bench_writes_every_item(tmp_path: Path) -> None:
     assert found["3"]["joined"]["errors"] == 0
     assert found["3"]["first_event_p99_ms"] > 0
     assert found["4"]["median_ms"] > 0
+    assert found["10"]["worker"]["p50_ms"] > 0 and found["10"]["worker_calls_per_s"] > 0
     assert found["5"]["events_per_s"] > 0
     assert found["6"]["watchers"] > 0
     assert isinstance(found["6"]["growth_mb"], float)

@@ -326,6 +326,7 @@ async def test_the_cli_lists_executions_and_reconciles_one(tmp_path: Path) -> No
 async def test_the_python_client_reads_and_reconciles_executions(tmp_path: Path) -> None:
     server, run_id = await cut_unsafe_call(tmp_path)
     try:
+        await until_unknown(server, run_id)
         async with BehestClient(server.address) as client:
             [waiting] = await client.pending_calls(run_id)
             [execution] = await client.list_tool_executions(run_id)
