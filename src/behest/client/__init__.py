@@ -76,13 +76,13 @@ from behest.client._events import (
     UsageRecorded,
 )
 from behest.client._options import ClientToolSpec, RunOptions
+from behest.client._records import ExecutionTransition, Reconciled, ToolExecution
 from behest.client._types import (
     Budget,
     ContentPart,
     Cost,
     CreatedRun,
     DailyUsage,
-    ExecutionTransition,
     FilePart,
     ImagePart,
     JsonPart,
@@ -92,7 +92,6 @@ from behest.client._types import (
     PendingCall,
     Provider,
     Reasoning,
-    Reconciled,
     ResponseFormat,
     Run,
     Session,
@@ -100,7 +99,6 @@ from behest.client._types import (
     TokenUsage,
     Tool,
     ToolCall,
-    ToolExecution,
     ToolSpec,
     Usage,
     attachment,

@@ -7,7 +7,7 @@ from typing import Any
 
 from behest.client import _wire
 from behest.client._enums import Verdict
-from behest.client._types import Reconciled, ToolExecution
+from behest.client._records import Reconciled, ToolExecution
 
 
 class ToolExecutions:

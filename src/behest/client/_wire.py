@@ -25,7 +25,7 @@ from behest._proto.agent.v1 import (
     session_pb2,
     session_pb2_grpc,
 )
-from behest.client import _enums, _types
+from behest.client import _enums, _records, _types
 from behest.client._events import EVENT_TYPES, Event
 from behest.client._options import RunOptions
 from behest.client._waits import Approval, ClientTool
@@ -208,7 +208,7 @@ _MESSAGES: dict[str, Any] = {
     "agent.v1.ResponseFormat": lambda m: _read(_types.ResponseFormat, m),
     "agent.v1.Reasoning": lambda m: _read(_types.Reasoning, m),
     "agent.v1.Message": lambda m: _read(_types.Message, m),
-    "agent.v1.ToolExecutionTransition": lambda m: _read(_types.ExecutionTransition, m),
+    "agent.v1.ToolExecutionTransition": lambda m: _read(_records.ExecutionTransition, m),
 }
 _OPTIONAL = {"agent.v1.Cost", "agent.v1.RunBudget", "agent.v1.ResponseFormat", "agent.v1.Reasoning"}
 
@@ -277,12 +277,12 @@ def pending_of(p: Any) -> _types.PendingCall:
     return _read(_types.PendingCall, p)
 
 
-def execution_of(e: Any) -> _types.ToolExecution:
-    return _read(_types.ToolExecution, e)
+def execution_of(e: Any) -> _records.ToolExecution:
+    return _read(_records.ToolExecution, e)
 
 
-def reconciled_of(r: Any) -> _types.Reconciled:
-    return _types.Reconciled(execution_of(r.execution), tuple(r.waiting_call_ids))
+def reconciled_of(r: Any) -> _records.Reconciled:
+    return _records.Reconciled(execution_of(r.execution), tuple(r.waiting_call_ids))
 
 
 def session_of(s: Any) -> _types.Session:

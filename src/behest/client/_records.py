@@ -1,0 +1,55 @@
+"""The client's types of tool executions (ToolExecutionService): an execution, its
+transitions, and what a reconciliation did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from behest.client._enums import ExecutionStatus, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionTransition:
+    """One change of a tool execution's status: when, by whom ("node NAME" or a principal)
+    and why."""
+
+    status: ExecutionStatus
+    at: datetime | None = None
+    actor: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecution:
+    """One execution (one attempt) of a tool call, and, from get_tool_execution, its
+    transitions oldest first."""
+
+    id: str
+    run_id: str
+    call_id: str
+    tool_name: str
+    source: str
+    attempt: int
+    status: ExecutionStatus
+    executor: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    result: str = ""
+    is_error: bool = False
+    result_digest: str = ""
+    idempotency_key: str = ""
+    idempotent: bool = False
+    verdict: Verdict = Verdict.UNSPECIFIED
+    transitions: tuple[ExecutionTransition, ...] = ()
+    raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What reconcile did: the execution as now stored, and the run's calls still waiting
+    (none: the run goes on)."""
+
+    execution: ToolExecution
+    waiting_call_ids: tuple[str, ...] = ()
