@@ -41,7 +41,7 @@ from google.protobuf.json_format import MessageToDict
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as run_grpc
 from tests.certs import CertificateAuthority, Pem
-from tests.e2e.test_outcome_unknown import cut_unsafe_call
+from tests.e2e.test_outcome_unknown import cut_unsafe_call, until_unknown
 from tests.support import (
     Server,
     collect,
@@ -1122,6 +1122,7 @@ async def test_reconciling_an_outcome_unknown_completes_the_run_with_the_output(
     server, run_id = await cut_unsafe_call(tmp_path / "cut")
     book = Recipes(server, recipes.tls)
     try:
+        await until_unknown(server, run_id)  # the run taken up again has paused
         [waiting] = (
             await server.runs.ListPendingCalls(pb.ListPendingCallsRequest(run_id=run_id))
         ).calls
