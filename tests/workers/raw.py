@@ -36,6 +36,7 @@ class RawWorker:
         metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._outbox: asyncio.Queue[w.WorkerMessage | None] = asyncio.Queue()
+        self._beats: asyncio.Task[None] | None = None
         hello = w.WorkerHello(name=name, tools=list(tools), max_tasks=max_tasks)
         self._outbox.put_nowait(w.WorkerMessage(hello=hello))
         self.call = w_rpc.WorkerServiceStub(channel).Connect(self._sent(), metadata=metadata)
@@ -45,9 +46,17 @@ class RawWorker:
             yield message
 
     async def welcome(self) -> w.WorkerWelcome:
+        """The server's welcome; from then on it sends heartbeats, as a worker must (a
+        third of the interval apart), until it is closed."""
         first = await self.call.read()
         assert first != grpc.aio.EOF and first.WhichOneof("instruction") == "welcome", first
+        self._beats = asyncio.create_task(self._beat(first.welcome.heartbeat_interval_s / 3))
         return first.welcome
+
+    async def _beat(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)  # a heartbeat's own schedule, not a test's wait
+            await self.heartbeat()
 
     async def next(self) -> Any:
         """The next task or ack."""
@@ -77,5 +86,7 @@ class RawWorker:
         await self._outbox.put(w.WorkerMessage(verdict=verdict))
 
     async def close(self) -> None:
+        if self._beats is not None:
+            self._beats.cancel()
         await self._outbox.put(None)
         self.call.cancel()
