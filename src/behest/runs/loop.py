@@ -114,7 +114,6 @@ class AgentLoop:
         )
         self._calls = TurnCalls(
             run=run,
-            log=log,
             tools=tools,
             runner=runner,
             waits=self._waits,

@@ -22,7 +22,6 @@ from behest.domain import events as ev
 from behest.domain.executions import ToolExecution
 from behest.domain.messages import Role, ToolCall
 from behest.domain.runs import Run, RunStatus, ToolChoice
-from behest.domain.workers import Task
 from behest.events.run_log import RunLog
 from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
@@ -30,7 +29,7 @@ from behest.observability.telemetry import current, mark_error, span
 from behest.runs.executions import RunExecutions
 from behest.runs.progress import RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
-from behest.runs.worker_calls import CallOutcome, Next, WorkerCalls
+from behest.runs.worker_calls import CallOutcome, Next, Queued, WorkerCalls
 from behest.runs.worker_tools import WorkerTool
 from behest.store.writes import AppendMessage, EnqueueTask, RecordExecution
 from behest.tools.base import ToolResult
@@ -61,8 +60,6 @@ class ToolRunner:
         self.unknown: dict[str, str] = {}
         self.executors: dict[str, str] = {}  # of those, the worker that had it
         self._rejoin: dict[str, ToolExecution] = {}
-        self._refused: dict[str, str] = {}  # worker calls queued no task for: why
-        self._queued: dict[str, Task] = {}  # the tasks just queued, by call id
         self._log = log
         self._executions = executions
         self._tools = tools
@@ -135,13 +132,13 @@ class ToolRunner:
         progress = self._progress
         progress.executing.add(call.id)
         execution = self._rejoin.pop(call.id, None)
-        rejoined = execution is not None
+        rejoined, queued = execution is not None, None
         while True:
             if execution is None:
-                execution = await self._start(call)
+                execution, queued = await self._start(call)
             began = time.monotonic()
             with span("behest.tool", self._attributes(call)) as tool_span:
-                outcome = await self._outcome(call, execution, rejoined)
+                outcome = await self._outcome(call, execution, queued, rejoined)
                 if outcome.next == Next.RETRY:
                     await self._retry(call, execution, outcome)
                     execution, rejoined = None, False
@@ -173,63 +170,40 @@ class ToolRunner:
         if outcome.delay_s:
             await asyncio.sleep(outcome.delay_s)
 
-    async def _start(self, call: ToolCall) -> ToolExecution:
+    async def _start(self, call: ToolCall) -> tuple[ToolExecution, Queued | None]:
         """A new execution of the call, durable (with its task, for a worker tool) before
         the tool runs: a tool may have side effects."""
         progress = self._progress
         execution, record = self._executions.begin(call)
-        task = await self._task(call, execution)
-        queued = [EnqueueTask(task)] if task is not None else []
-        hub, tenant = self._workers.hub if self._workers else None, progress.run.tenant
-        handed = hub.offer(tenant, call.name) if hub is not None and task is not None else None
-        tool = self._worker_tool(call)
-        if handed is not None and self._workers is not None and tool is not None:
-            # A worker here waits: the task is queued leased to it, no claim to write.
-            task = self._workers.task(execution, tool, call.arguments, handed.worker)
-            queued, self._queued[call.id] = [EnqueueTask(task)], task
+        tool, workers = self._worker_tool(call), self._workers
+        queued = None
+        if tool is not None and workers is not None:
+            queued = await workers.queue(execution, tool, call, self._tools)
+        tasks = [EnqueueTask(queued.task)] if queued and queued.task else []
         try:
             started = await self._log.emit(
                 ev.ToolExecutionStarted(call.id, call.name, execution.id, execution.attempt),
-                state=[*record, *queued, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
+                state=[*record, *tasks, *progress.state(RunStatus.WAITING_FOR_TOOLS)],
             )
             await asyncio.shield(started)
         except BaseException:
-            if hub is not None and handed is not None:
-                hub.deliver(handed, None)
+            if queued is not None and workers is not None:
+                await workers.queued(queued, durable=False)
             raise
-        if hub is not None and handed is not None:
-            hub.deliver(handed, task)
-        elif hub is not None and task is not None:
-            await hub.enqueued(tenant)
-        return execution
-
-    async def _task(self, call: ToolCall, execution: ToolExecution) -> Task | None:
-        """A worker tool's task for the execution (None: not a worker tool's call, or it
-        queues no task: its arguments do not fit, or its tenant's queue is full)."""
-        tool = self._worker_tool(call)
-        if tool is None or self._workers is None:
-            return None
-        _, problem = self._tools.arguments_of(call)
-        full = "" if problem else await self._workers.hub.full(self._progress.run.tenant)
-        self._refused[call.id] = problem or full
-        if problem or full:
-            return None
-        task = self._workers.task(execution, tool, call.arguments)
-        self._queued[call.id] = task
-        self._workers.hub.expect(task.execution_id)
-        return task
+        if queued is not None and workers is not None:
+            await workers.queued(queued, durable=True)
+        return execution, queued
 
     async def _outcome(
-        self, call: ToolCall, execution: ToolExecution, rejoined: bool
+        self, call: ToolCall, execution: ToolExecution, queued: Queued | None, rejoined: bool
     ) -> CallOutcome:
-        """What the call's execution came to."""
+        """What the call's execution came to (`queued`: its task, for a worker tool)."""
         progress = self._progress
         tool = self._worker_tool(call)
         if self._workers is not None and (tool is not None or execution.source == WORKER):
-            problem = self._refused.pop(call.id, "")
-            if problem:  # no task was queued: bad arguments, or its tenant's queue is full
-                return CallOutcome(Next.RESULT, ToolResult(problem, is_error=True))
-            task = self._queued.pop(call.id, None)
+            if queued is not None and queued.task is None:  # bad arguments, a full queue
+                return CallOutcome(Next.RESULT, ToolResult(queued.refused, is_error=True))
+            task = queued.task if queued is not None else None
             return await self._workers.outcome(execution, tool, rejoined=rejoined, queued=task)
         if call.name == SPAWN_TOOL and self._spawn is not None:
             result = await self._spawn(call)

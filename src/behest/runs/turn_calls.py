@@ -8,19 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from behest.domain import events as ev
-from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import Run
-from behest.domain.waits import Answer
-from behest.events.run_log import RunLog
-from behest.runs.executions import RunExecutions, checker
+from behest.runs.executions import RunExecutions
 from behest.runs.tool_calls import ToolRunner
 from behest.runs.tool_checks import checked
 from behest.runs.waiting import Waiting, Waits
 from behest.runs.worker_hub import WorkerHub
 from behest.tools.base import ToolResult
-from behest.tools.output import truncate
 from behest.tools.registry import ToolRegistry
 
 
@@ -31,7 +26,6 @@ class TurnCalls:
         self,
         *,
         run: Run,
-        log: RunLog,
         tools: ToolRegistry,
         runner: ToolRunner,
         waits: Waits,
@@ -40,7 +34,6 @@ class TurnCalls:
     ) -> None:
         self._hub = hub
         self._run = run
-        self._log = log
         self._tools = tools
         self._runner = runner
         self._waits = waits
@@ -60,45 +53,29 @@ class TurnCalls:
         when it stopped: a worker's task is waited for again, an idempotent call runs again,
         any other's outcome is unknown."""
         rejoin, unknown = self._executions.cut(pending, cut)
-        verdicts = await checked(self._run, self._tools, self._executions, unknown, self._hub)
-        if len(verdicts) < len(unknown):  # a person decides what the checks could not
-            return await self._waits.hold_unknown(
-                calls, unknown, self._executions, checked=verdicts
-            )
+        if unknown:
+            return await self._hold(calls, unknown)
         results = await self._waits.results(pending, resumed=True)
-        results.update(await self._reconciled(unknown, verdicts))
         await self._runner.run(pending, results, rejoin)
         return await self._held_unknown(calls)
-
-    async def _reconciled(
-        self, calls: list[ToolCall], verdicts: Mapping[str, Answer]
-    ) -> dict[str, ToolResult]:
-        """One step: each call's execution unknown, then reconciled by its tool's check; the
-        results of those that ran (the others run again)."""
-        events: list[ev.Payload] = []
-        records = []
-        results: dict[str, ToolResult] = {}
-        for call in calls:
-            answer, by = verdicts[call.id], checker(call.name)
-            execution, cut = self._executions.unknown(call)
-            records += [cut, self._executions.reconciled(call, answer, by)]
-            assert answer.verdict is not None
-            events.append(
-                ev.ToolExecutionReconciled(execution.id, call.id, call.name, answer.verdict, by)
-            )
-            if answer.verdict == Verdict.RAN:
-                results[call.id] = ToolResult(truncate(answer.text), answer.is_error)
-        if calls:
-            await (await self._log.emit(*events, state=records))
-        return results
 
     async def _held_unknown(self, calls: list[ToolCall]) -> Waiting | None:
         whys, self._runner.unknown = self._runner.unknown, {}
         by, self._runner.executors = self._runner.executors, {}
         if not whys:
             return None
-        unknown = [c for c in calls if c.id in whys]
+        return await self._hold(calls, [c for c in calls if c.id in whys], whys, by)
+
+    async def _hold(
+        self,
+        calls: list[ToolCall],
+        unknown: list[ToolCall],
+        whys: Mapping[str, str] | None = None,
+        executors: Mapping[str, str] | None = None,
+    ) -> Waiting:
+        """The run waits for `unknown`'s reconciliations, those its tools' checks gave
+        answered already (a run all of whose calls were answered so is taken up at once)."""
         verdicts = await checked(self._run, self._tools, self._executions, unknown, self._hub)
         return await self._waits.hold_unknown(
-            calls, unknown, self._executions, whys, by, checked=verdicts
+            calls, unknown, self._executions, whys, executors, checked=verdicts
         )

@@ -152,10 +152,13 @@ class Waits:
                 answerer = checker(call.name)
                 held = replace(held, answer=verdict, answered_by=answerer, answered_at=now)
                 records.append(executions.reconciled(call, verdict, answerer))
+            else:  # nobody can tell yet: say so
+                notices.append(
+                    ev.ToolOutcomeUnknown(
+                        execution.id, call.id, call.name, execution.attempt, expires
+                    )
+                )
             pending.append(held)
-            notices.append(
-                ev.ToolOutcomeUnknown(execution.id, call.id, call.name, execution.attempt, expires)
-            )
         await (
             await self._log.emit(
                 *notices,

@@ -18,12 +18,14 @@ from datetime import UTC, datetime, timedelta
 
 from behest.backoff import backoff_s
 from behest.domain.executions import ToolExecution
+from behest.domain.messages import ToolCall
 from behest.domain.runs import Run
 from behest.domain.workers import Task, TaskState, WorkerRecord
-from behest.runs.worker_hub import Ending, WorkerHub
+from behest.runs.worker_hub import Ending, Idle, WorkerHub
 from behest.runs.worker_tools import WorkerTool
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
+from behest.tools.registry import ToolRegistry
 from behest.wording import shorten
 
 # How often a call of an idempotent tool is run again after its worker vanished.
@@ -48,12 +50,45 @@ class CallOutcome:
     delay_s: float = 0.0  # with RETRY: the wait before the next attempt
 
 
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """What the start of a worker tool's execution queues: its task (None: none, `refused`
+    says why), handed straight to a worker waiting here when one is (`handed`)."""
+
+    task: Task | None
+    refused: str = ""
+    handed: Idle | None = None
+
+
 class WorkerCalls:
     """The worker side of one run's tool calls."""
 
     def __init__(self, *, run: Run, hub: WorkerHub) -> None:
         self._run = run
         self.hub = hub
+
+    async def queue(
+        self, execution: ToolExecution, tool: WorkerTool, call: ToolCall, tools: ToolRegistry
+    ) -> Queued:
+        """The task to queue with the step that starts `execution` (none for arguments that
+        do not fit, or when the tenant's queue is full), leased to a worker waiting here if
+        one is (no claim to write)."""
+        _, problem = tools.arguments_of(call)
+        full = "" if problem else await self.hub.full(self._run.tenant)
+        if problem or full:
+            return Queued(None, problem or full)
+        handed = self.hub.offer(self._run.tenant, call.name)
+        task = self.task(execution, tool, call.arguments, handed.worker if handed else None)
+        self.hub.expect(task.execution_id)
+        return Queued(task, handed=handed)
+
+    async def queued(self, queued: Queued, *, durable: bool) -> None:
+        """The step that queues the task is durable (or failed): hand it to its worker, or
+        wake the tenant's workers."""
+        if queued.handed is not None:
+            self.hub.deliver(queued.handed, queued.task if durable else None)
+        elif durable and queued.task is not None:
+            await self.hub.enqueued(self._run.tenant)
 
     def task(
         self,

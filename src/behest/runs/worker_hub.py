@@ -71,7 +71,7 @@ class HubSettings:
 
 
 @dataclass(eq=False)
-class _Idle:
+class Idle:
     """A worker connected here, waiting for a task: given one (or None: look again)."""
 
     worker: WorkerRecord
@@ -98,7 +98,7 @@ class WorkerHub:
         self._store = store
         self._node = node
         self.settings = settings
-        self._idle: dict[str, list[_Idle]] = collections.defaultdict(list)  # by tenant
+        self._idle: dict[str, list[Idle]] = collections.defaultdict(list)  # by tenant
         self._results: dict[str, asyncio.Event] = {}
         # Results taken here for runs waiting here, by execution id.
         self._taken: dict[str, tuple[WorkerRecord, TaskResult]] = {}
@@ -174,7 +174,7 @@ class WorkerHub:
             )
             if task is not None:
                 return task
-            idle = _Idle(worker, names, asyncio.get_running_loop().create_future())
+            idle = Idle(worker, names, asyncio.get_running_loop().create_future())
             waiting = self._idle[worker.tenant]
             waiting.append(idle)
             try:
@@ -189,7 +189,7 @@ class WorkerHub:
             if given is not None:
                 return given
 
-    def offer(self, tenant: str, tool_name: str) -> _Idle | None:
+    def offer(self, tenant: str, tool_name: str) -> Idle | None:
         """A worker connected here waiting for a task of this tool, if any: the run queues
         its task leased to it (no claim to write), then `deliver`s it."""
         for idle in self._idle[tenant]:
@@ -199,7 +199,7 @@ class WorkerHub:
                 return idle
         return None
 
-    def deliver(self, idle: _Idle, task: Task | None) -> None:
+    def deliver(self, idle: Idle, task: Task | None) -> None:
         """Hand the worker the task queued for it (None: the step that queues it failed:
         the worker looks again). A worker gone meanwhile: the task is queued again."""
         if not idle.given.done():
