@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ from behest.api.auth import Authenticator, metrics_guard
 from behest.api.content import ContentLimits
 from behest.api.server import ApiServer
 from behest.api.tenancy import Tenancy
+from behest.assembly import telemetry_from, tools_from, worker_hub
 from behest.config import Settings
 from behest.domain.spend import TenantSpend
 from behest.errors import FailedPrecondition
@@ -37,15 +37,11 @@ from behest.runs.operations import Operations
 from behest.runs.retention import Retention
 from behest.runs.sub_runs import SubRunLimits, SubRuns
 from behest.runs.waiting import WaitPolicy
-from behest.runs.worker_hub import HubSettings, WorkerHub
 from behest.store.sql.channel import Channel
 from behest.store.sql.sqlite_lock import sqlite_lock
 from behest.store.sql.store import SqlStore
-from behest.tools.base import ToolPolicy
-from behest.tools.builtin import builtin_tools
 from behest.tools.mcp_source import mcp_tool_source
-from behest.tools.plugins import plugin_tools
-from behest.tools.registry import MCP, PLUGIN, ToolRegistry
+from behest.tools.registry import MCP
 
 if TYPE_CHECKING:
     from behest.observability.metrics_endpoint import Security
@@ -61,7 +57,7 @@ class App:
         self.settings = settings
         # One identity per process; SQLite has one writer: its database is locked while served.
         self.node = this_process(settings.node_id)
-        self.telemetry = _telemetry(settings, instance=self.node.name)
+        self.telemetry = telemetry_from(settings, instance=self.node.name)
         url = settings.effective_database_url
         self.store = SqlStore(
             url,
@@ -70,7 +66,7 @@ class App:
             busy_timeout_s=settings.sqlite_busy_timeout_s,
         )
         self.database_lock = sqlite_lock(url)
-        self.tools = _tools(settings)
+        self.tools = tools_from(settings)
         self.mcp = mcp_tool_source(
             settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s
         )
@@ -88,10 +84,7 @@ class App:
         # Read by every run's start, updated through the API: one instance for both.
         compaction_settings = CompactionSettings(self.store)
         self.tenancy = Tenancy(settings)
-        s = settings
-        hub = HubSettings(s.worker_heartbeat_s, s.worker_poll_s,
-                          s.max_workers_per_tenant, s.max_queued_tasks_per_tenant)  # fmt: skip
-        self.workers = WorkerHub(store=self.store, node=self.node.name, settings=hub)
+        self.workers = worker_hub(settings, self.store, self.node.name)
         self.executor = self._executor(settings, compaction_settings)
         self.channel = self._channel(url)
         self.runs = Operations(
@@ -323,32 +316,3 @@ async def _serve(settings: Settings) -> str:
     finally:
         await app.stop()
     return ""
-
-
-def _tools(settings: Settings) -> ToolRegistry:
-    """The built-in tools and, when allowed, the installed plugins' (MCP tools join at start)."""
-    policies = {
-        name: ToolPolicy(**table.model_dump()) for name, table in settings.tool_policies.items()
-    }
-    tools = ToolRegistry(
-        builtin_tools(read_file_root=settings.read_file_root),
-        approval_required=settings.approval_required_tools,
-        policies=policies,
-    )
-    if settings.load_tool_plugins:
-        for tool in plugin_tools():
-            tools.add(tool, source=PLUGIN)
-    return tools
-
-
-def _telemetry(settings: Settings, *, instance: str) -> telemetry.Telemetry:
-    """The Telemetry the settings (and the process's OTEL_* environment) ask for;
-    `instance`: this process's node name (service.instance.id)."""
-    exporting = telemetry.Exporting(
-        otlp_endpoint=settings.otlp_endpoint,
-        otlp_protocol=settings.otlp_protocol,
-        metrics_listen=settings.metrics_listen,
-        trace_content=settings.trace_content,
-        instance=instance or settings.node_id,
-    )
-    return telemetry.Telemetry(exporting, os.environ)

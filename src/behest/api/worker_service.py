@@ -14,7 +14,6 @@ from behest.api.convert import timestamp
 from behest.domain.workers import Task, TaskResult, VerifyRequest, WorkerVerdict
 from behest.errors import InvalidArgument
 from behest.runs.operations import Operations
-from behest.runs.sub_runs import SPAWN_TOOL
 from behest.runs.worker_session import ResultAck, WorkerDrain, WorkerHeartbeat
 
 
@@ -29,10 +28,8 @@ class WorkerServicer:
         first = await anext(aiter(requests), None)
         if first is None or first.WhichOneof("message") != "hello":
             raise InvalidArgument("the first message of a worker's stream must be its hello")
-        server_tools = {*self._runs.tool_names(), SPAWN_TOOL}
-        session = await self._runs.connect_worker(
-            caller, worker_hello.hello(first.hello, server_tools)
-        )
+        hello = worker_hello.hello(first.hello, self._runs.server_tool_names())
+        session = await self._runs.connect_worker(caller, hello)
         welcome = pb.WorkerWelcome(
             worker_id=session.worker.id, heartbeat_interval_s=self._runs.worker_heartbeat_s
         )

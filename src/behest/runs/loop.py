@@ -102,24 +102,7 @@ class AgentLoop:
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
-        runner = ToolRunner(
-            log=log,
-            executions=self._executions,
-            tools=tools,
-            offered=self._offered,
-            progress=self.progress,
-            concurrency=limits.tool_concurrency,
-            spawn=self._spawn if self._sub_runs is not None else None,
-            workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
-        )
-        self._calls = TurnCalls(
-            run=run,
-            tools=tools,
-            runner=runner,
-            waits=self._waits,
-            executions=self._executions,
-            hub=workers,
-        )
+        self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
         self._budget = self._budget_of(spend_limits or TenantSpend())
         self._attempts = ModelAttempts(
@@ -133,6 +116,24 @@ class AgentLoop:
             offered=self._offered,
             waits=self._waits,
             coalesce_text=limits.coalesce_text_deltas,
+        )
+
+    def _turn_calls(self, limits: LoopLimits, workers: WorkerHub | None) -> TurnCalls:
+        """How the run's tool calls run (runs/tool_calls.py, turn_calls.py)."""
+        run, tools, executions = self._run, self._tools, self._executions
+        runner = ToolRunner(
+            log=self._log,
+            executions=executions,
+            tools=tools,
+            offered=self._offered,
+            progress=self.progress,
+            concurrency=limits.tool_concurrency,
+            spawn=self._spawn if self._sub_runs is not None else None,
+            workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
+        )
+        waits = self._waits
+        return TurnCalls(
+            run=run, tools=tools, runner=runner, waits=waits, executions=executions, hub=workers
         )
 
     def _budget_of(self, tenant: TenantSpend) -> Budget:
@@ -333,9 +334,9 @@ class AgentLoop:
     async def _spawn(self, call: ToolCall) -> ToolResult:
         """A `spawn_agent` call: a child run, waited for; its spend counts against ours."""
         assert self._sub_runs is not None
-        started = self.progress.spawn_number(call.id)
+        started, left = self.progress.spawn_number(call.id), self._budget.left()
         result, child = await self._sub_runs.run_child(
-            self._run, call, self._log, started=started, left=self._budget.left()
+            self._run, call, self._log, started=started, left=left
         )
         if child is not None:
             self.progress.count_child(child)

@@ -31,6 +31,7 @@ from behest.runs import catalog
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
+from behest.runs.sub_runs import SPAWN_TOOL
 from behest.runs.tool_operations import ToolOperations
 from behest.runs.worker_hub import WorkerHub
 from behest.store.base import Store
@@ -67,7 +68,6 @@ class Operations(ToolOperations):
         self._reconciler_role = reconciler_role
         self._workers = workers
         self._worker_role = worker_role
-        self._worker_tools: dict[str, list[str]] = {}
         self._providers = providers
         self._tools = tools
         self._compaction_settings = compaction_settings
@@ -85,7 +85,12 @@ class Operations(ToolOperations):
 
     def tool_names(self, tenant: str = "") -> list[str]:
         """The tools a run of `tenant` may name (its workers' as last looked up)."""
-        return self._worker_tools.get(tenant) or self._tools.names()
+        served = self._workers.known_tools(tenant) if self._workers is not None else []
+        return sorted({*self._tools.names(), *served})
+
+    def server_tool_names(self) -> set[str]:
+        """The server's own tools, spawn_agent included: no worker's may be named so."""
+        return {*self._tools.names(), SPAWN_TOOL}
 
     def has_prices(self, provider: str, model: str) -> bool:
         return self._providers.model_info(provider, model).prices is not None

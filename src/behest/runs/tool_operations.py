@@ -31,7 +31,6 @@ class ToolOperations:
     _workers: WorkerHub | None
     _worker_role: str
     _reconciler_role: str
-    _worker_tools: dict[str, list[str]]
 
     async def get(self, caller: Caller, run_id: str) -> Run:
         raise NotImplementedError  # Operations.get: the caller's tenant's run, or NotFound
@@ -98,4 +97,4 @@ class ToolOperations:
     async def know_workers(self, caller: Caller) -> None:
         """Look up the caller's tenant's workers (at most once a poll), for tool_names."""
         if self._workers is not None:
-            self._worker_tools[caller.tenant] = (await self._tools_of(caller.tenant)).names()
+            await self._workers.workers(caller.tenant)

@@ -225,6 +225,11 @@ class WorkerHub:
                 waiting.set()
         return refused
 
+    def known_tools(self, tenant: str) -> list[str]:
+        """The tools the tenant's workers served when last looked up (`workers`)."""
+        cached = self._directory.get(tenant)
+        return sorted({s.name for w in cached[1] for s in w.tools}) if cached else []
+
     async def workers(self, tenant: str, *, fresh: bool = False) -> list[WorkerRecord]:
         """The tenant's live workers on every replica (looked up at most once a poll)."""
         cached = self._directory.get(tenant)

@@ -1,0 +1,44 @@
+"""The events of tool executions as the client reads them: an outcome unknown, its
+reconciliation, a retry (one type per AgentEvent kind, like client/_events.py's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from behest.client._enums import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcomeUnknown:
+    """behest stopped while a tool that is not idempotent ran: the run waits for the
+    execution to be reconciled (BehestClient.reconcile), or fails at `expires_at`."""
+
+    execution_id: str = ""
+    call_id: str = ""
+    tool_name: str = ""
+    attempt: int = 0
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionReconciled:
+    """How an execution whose outcome was unknown was reconciled, and by whom."""
+
+    execution_id: str = ""
+    call_id: str = ""
+    tool_name: str = ""
+    verdict: Verdict = Verdict.UNSPECIFIED
+    reconciled_by: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRetryScheduled:
+    """A tool call runs again as its next attempt; the model sees only the last result."""
+
+    call_id: str = ""
+    tool_name: str = ""
+    execution_id: str = ""
+    next_attempt: int = 0
+    reason: str = ""
