@@ -23,6 +23,7 @@ def doors_front(
     connect = ConnectDoor(
         services, authenticator, read_max_bytes=settings.max_receive_message_bytes
     )
+    # The plain-HTTP doors' routes (server-sent events, AG-UI) join here.
     routes: list[BaseRoute] = []
 
     def front(inspector: ASGIApp) -> ASGIApp:
