@@ -314,3 +314,30 @@ async def test_a_preflight_is_answered_for_configured_origins_only(door: Server)
     assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
     assert refused.status_code == 400
     assert "access-control-allow-origin" not in refused.headers
+
+
+async def test_a_tenants_limits_are_shared_by_grpc_and_connect(tmp_path: Path) -> None:
+    """One creation a minute: Connect's second is refused; one stream slot: a gRPC stream
+    holds it, and a Connect stream is refused for it."""
+    from behest._proto.agent.v1 import run_pb2 as pb
+    from tests.web_support import bearer
+
+    settings = inspector_settings(tmp_path, max_streams=1, creates_per_minute=1)
+    server = await start_server(settings)
+    try:
+        alice = Connect(base(server), ALICE)
+        created = await alice.ok(
+            "RunService/CreateRun", run(script({"text": "slow", "delay_ms": 60_000}), "script")
+        )
+        refused = await alice.call("RunService/CreateRun", run("no more this minute"))
+        assert refused.status_code == 429 and "creates_per_minute" in refused.json()["message"]
+
+        request = pb.WatchRunEventsRequest(run_id=created["runId"])
+        held = server.runs.WatchRunEvents(request, metadata=bearer(ALICE))
+        await anext(held.__aiter__())
+        over = await alice.stream("RunService/WatchRunEvents", {"runId": created["runId"]})
+        assert over.error is not None and over.error["code"] == "resource_exhausted"
+        assert "max_streams" in over.error["message"]
+        held.cancel()
+    finally:
+        await stop_server(server)
