@@ -124,7 +124,8 @@ class App:
 
     def _edges(self, settings: Settings) -> None:
         """The doors: admission, the gRPC server (whose health follows the database's
-        writes) and, when http_listen is set, the run inspector (web/)."""
+        writes) and, when http_listen is set, the HTTP listener: the doors (doors/) in front of
+        the run inspector (web/)."""
         self.admission = Admission(
             self.tenancy,
             max_request_id_bytes=settings.max_request_id_bytes,
@@ -146,7 +147,8 @@ class App:
         self.event_log.health.on_change(self.server.writes_land)
         self.web: WebServer | None = None
         if settings.http_listen:
-            from behest.web.app import WebServer  # only when on: Starlette, uvicorn, Jinja2
+            from behest.doors.assemble import doors_front  # only when on: Starlette, uvicorn,
+            from behest.web.app import WebServer  # Jinja2, connectrpc
 
             self.web = WebServer(
                 self.runs,
@@ -154,6 +156,7 @@ class App:
                 auth=settings.auth,
                 tls=settings.tls,
                 open_streams=self.admission.open_streams,
+                front=doors_front(self.server.services, settings),
             )
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:

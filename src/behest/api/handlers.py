@@ -49,35 +49,53 @@ class _Undecodable:
     reason: str
 
 
-def generic_handler(
+@dataclass(frozen=True, slots=True)
+class GuardedMethod:
+    """One RPC of a service with every edge applied: what each door (gRPC here, Connect and
+    gRPC-Web in doors/connect.py) calls, so no door has an implementation of its own."""
+
+    name: str
+    descriptor: descriptor.MethodDescriptor
+    request_cls: Any
+    response_cls: Any
+    handler: Callable[..., Any]  # (request or requests, context) → response or stream
+
+
+def guarded_methods(
     service: descriptor.ServiceDescriptor, servicer: object, admission: Admission
-) -> grpc.GenericRpcHandler:
-    """One handler per method of `service`, calling the servicer method of the same name."""
-    handlers = {}
+) -> list[GuardedMethod]:
+    """The methods of `service`, each calling the servicer method of the same name."""
+    methods = []
     for method in service.methods:
+        fn = getattr(servicer, method.name)
+        if method.client_streaming and method.server_streaming:
+            handler = _guard_bidi(fn, admission)
+        elif method.server_streaming:
+            handler = _guard_stream(fn, admission, method.name)
+        else:
+            handler = _guard_unary(fn, admission)
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
-        fn = getattr(servicer, method.name)
-        deserialize = _lenient(request_cls)
-        if method.client_streaming and method.server_streaming:
-            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                _guard_bidi(fn, admission),
-                request_deserializer=deserialize,
-                response_serializer=response_cls.SerializeToString,
-            )
-        elif method.server_streaming:
-            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _guard_stream(fn, admission, method.name),
-                request_deserializer=deserialize,
-                response_serializer=response_cls.SerializeToString,
-            )
+        methods.append(GuardedMethod(method.name, method, request_cls, response_cls, handler))
+    return methods
+
+
+def generic_handler(service_name: str, methods: list[GuardedMethod]) -> grpc.GenericRpcHandler:
+    """The gRPC handlers of one service's guarded methods."""
+    handlers = {}
+    for method in methods:
+        deserialize = _lenient(method.request_cls)
+        serialize = method.response_cls.SerializeToString
+        if method.descriptor.client_streaming and method.descriptor.server_streaming:
+            make = grpc.stream_stream_rpc_method_handler
+        elif method.descriptor.server_streaming:
+            make = grpc.unary_stream_rpc_method_handler
         else:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _guard_unary(fn, admission),
-                request_deserializer=deserialize,
-                response_serializer=response_cls.SerializeToString,
-            )
-    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+            make = grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(
+            method.handler, request_deserializer=deserialize, response_serializer=serialize
+        )
+    return grpc.method_handlers_generic_handler(service_name, handlers)
 
 
 def _lenient(cls: Any) -> Callable[[bytes], Any]:

@@ -15,7 +15,7 @@ from behest.api.auth import Authenticator, AuthInterceptor
 from behest.api.catalog_service import ProviderServicer, ToolServicer
 from behest.api.compaction_service import CompactionServicer
 from behest.api.execution_service import ToolExecutionServicer
-from behest.api.handlers import generic_handler
+from behest.api.handlers import GuardedMethod, generic_handler, guarded_methods
 from behest.api.run_service import RunServicer
 from behest.api.session_service import SessionServicer
 from behest.api.snapshot_service import SnapshotServicer
@@ -35,6 +35,27 @@ SERVICES = (
     "agent.v1.ToolExecutionService",
     "agent.v1.WorkerService",
 )
+
+
+def agent_services(runs: Operations, admission: Admission) -> dict[str, list[GuardedMethod]]:
+    """Every agent.v1 service's guarded methods by the service's full name: the one
+    implementation each door serves (gRPC here; Connect and gRPC-Web in doors/)."""
+    servicers = [
+        (run_pb2, "RunService", RunServicer(runs, admission)),
+        (run_pb2, "CompactionService", CompactionServicer(runs)),
+        (run_pb2, "SnapshotService", SnapshotServicer(runs)),
+        (run_pb2, "UsageService", UsageServicer(runs)),
+        (session_pb2, "SessionService", SessionServicer(runs)),
+        (catalog_pb2, "ToolService", ToolServicer(runs)),
+        (catalog_pb2, "ProviderService", ProviderServicer(runs)),
+        (execution_pb2, "ToolExecutionService", ToolExecutionServicer(runs)),
+        (worker_pb2, "WorkerService", WorkerServicer(runs)),
+    ]
+    services = {}
+    for module, name, servicer in servicers:
+        service = module.DESCRIPTOR.services_by_name[name]
+        services[service.full_name] = guarded_methods(service, servicer, admission)
+    return services
 
 
 class ApiServer:
@@ -64,20 +85,9 @@ class ApiServer:
             interceptors=[interceptor],
             options=[("grpc.max_receive_message_length", max_receive_message_bytes)],
         )
-        servicers = [
-            (run_pb2, "RunService", RunServicer(runs, admission)),
-            (run_pb2, "CompactionService", CompactionServicer(runs)),
-            (run_pb2, "SnapshotService", SnapshotServicer(runs)),
-            (run_pb2, "UsageService", UsageServicer(runs)),
-            (session_pb2, "SessionService", SessionServicer(runs)),
-            (catalog_pb2, "ToolService", ToolServicer(runs)),
-            (catalog_pb2, "ProviderService", ProviderServicer(runs)),
-            (execution_pb2, "ToolExecutionService", ToolExecutionServicer(runs)),
-            (worker_pb2, "WorkerService", WorkerServicer(runs)),
-        ]
-        for module, name, servicer in servicers:
-            service = module.DESCRIPTOR.services_by_name[name]
-            self._server.add_generic_rpc_handlers((generic_handler(service, servicer, admission),))
+        self.services = agent_services(runs, admission)
+        for name, methods in self.services.items():
+            self._server.add_generic_rpc_handlers((generic_handler(name, methods),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
             (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server

@@ -15,7 +15,7 @@ import contextvars
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import (
@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     # host:port of the run inspector's HTTP side (web/; docs/INSPECTOR.md); empty: off. Under
     # the same [auth] and [tls] as the gRPC port (HTTPS when TLS is configured).
     http_listen: str = Field(default="", pattern=r"^(\S+:\d{1,5})?$")
+    # Origins whose pages may call the HTTP doors (Connect, gRPC-Web, SSE, AG-UI) from a
+    # browser, e.g. ["https://app.example.com"] (scheme, host and port, exactly); none: only
+    # same-origin pages and non-browser clients (docs/HTTP.md).
+    http_cors_origins: list[Annotated[str, Field(pattern=r"^https?://[^/\s]+$")]] = Field(
+        default_factory=list, max_length=100
+    )
     # Runs executing at once in this process; more → RESOURCE_EXHAUSTED. Per tenant too,
     # unless [tenants.NAME] sets less (so for every limit below that says "per tenant").
     max_concurrent_runs: int = Field(default=256, ge=1)

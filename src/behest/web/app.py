@@ -174,7 +174,8 @@ class SecurityHeaders:
 
 
 class WebServer:
-    """The inspector on `listen` (host:port; port 0 picks one): started and stopped by App."""
+    """The HTTP listener on `listen` (host:port; port 0 picks one): the inspector, behind
+    the HTTP doors; started and stopped by App."""
 
     def __init__(
         self,
@@ -184,13 +185,15 @@ class WebServer:
         auth: AuthSettings,
         tls: TlsSettings,
         open_streams: Callable[[str], int] = lambda tenant: 0,
+        front: Callable[[ASGIApp], ASGIApp] = lambda inspector: inspector,
     ) -> None:
-        """`open_streams`: a tenant's gRPC streams open now (the API's admission counts)."""
+        """`open_streams`: a tenant's gRPC streams open now (the API's admission counts);
+        `front`: what answers before the inspector (the HTTP doors, doors/front.py)."""
         self.gate = Gate(Authenticator(auth, tls))
         self.live = LiveTails(runs, self.gate)
         host, _, port = listen.rpartition(":")
         config = uvicorn.Config(
-            build_app(runs, self.gate, self.live, open_streams),
+            front(build_app(runs, self.gate, self.live, open_streams)),
             host=host.strip("[]"),
             port=int(port),
             lifespan="off",

@@ -1,0 +1,32 @@
+"""The HTTP doors built from the settings, as the front of the HTTP listener (web/app.py
+`WebServer(front=…)`): one Authenticator, the API server's own guarded methods."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
+
+from behest.api.auth import Authenticator
+from behest.api.handlers import GuardedMethod
+from behest.config import Settings
+from behest.doors.connect import ConnectDoor
+from behest.doors.front import Front
+
+
+def doors_front(
+    services: Mapping[str, list[GuardedMethod]], settings: Settings
+) -> Callable[[ASGIApp], ASGIApp]:
+    """What puts the doors in front of the inspector's app."""
+    authenticator = Authenticator(settings.auth, settings.tls)
+    connect = ConnectDoor(
+        services, authenticator, read_max_bytes=settings.max_receive_message_bytes
+    )
+    # The plain-HTTP doors' routes (server-sent events, AG-UI) join here.
+    routes: list[BaseRoute] = []
+
+    def front(inspector: ASGIApp) -> ASGIApp:
+        return Front(inspector, connect, routes, cors_origins=settings.http_cors_origins)
+
+    return front
