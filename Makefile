@@ -9,7 +9,7 @@ BASELINE := tests/contract/agent_v1_baseline.binpb
 # `playwright install`, which downloads browsers).
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# The TypeScript client's dependencies (package-lock.json), for its tests; the tests build it.
+# The TypeScript client's dependencies (package-lock.json), for its lint and tests (which build it).
 TS_CLIENT := clients/typescript
 TS_DEPS := $(TS_CLIENT)/node_modules/.package-lock.json
 
@@ -61,10 +61,11 @@ proto-check: install $(BUF)
 baseline: $(BUF)
 	$(BUF) build -o $(BASELINE)
 
-lint: install
+lint: install $(TS_DEPS)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src
+	npm run --silent --prefix $(TS_CLIENT) lint
 
 bench: install
 	$(BIN)/python -m bench

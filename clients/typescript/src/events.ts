@@ -28,9 +28,7 @@ export function isTerminal(event: AgentEvent): boolean {
 /** Whether a run in this status has ended (completed, failed or cancelled). */
 export function isEnded(status: RunStatus): boolean {
   return (
-    status === RunStatus.COMPLETED ||
-    status === RunStatus.FAILED ||
-    status === RunStatus.CANCELLED
+    status === RunStatus.COMPLETED || status === RunStatus.FAILED || status === RunStatus.CANCELLED
   );
 }
 

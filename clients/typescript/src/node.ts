@@ -68,6 +68,8 @@ function madeTransport(protocol: string, common: Common): { transport: Transport
       };
     }
     default:
-      throw new TypeError(`unknown transport ${JSON.stringify(protocol)}: connect, grpc-web or grpc`);
+      throw new TypeError(
+        `unknown transport ${JSON.stringify(protocol)}: connect, grpc-web or grpc`,
+      );
   }
 }

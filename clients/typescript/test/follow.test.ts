@@ -82,9 +82,21 @@ async function collect(events: AsyncIterable<AgentEvent>): Promise<number[]> {
   return seen;
 }
 
-const reset = new ConnectError("read ECONNRESET", Code.Aborted, undefined, undefined, Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }));
-const h2Closed = new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled);
-const truncated = new ConnectError("protocol error: missing EndStreamResponse", Code.InvalidArgument);
+const reset = new ConnectError(
+  "read ECONNRESET",
+  Code.Aborted,
+  undefined,
+  undefined,
+  Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }),
+);
+const h2Closed = new ConnectError(
+  "http/2 stream closed with error code CANCEL (0x8)",
+  Code.Canceled,
+);
+const truncated = new ConnectError(
+  "protocol error: missing EndStreamResponse",
+  Code.InvalidArgument,
+);
 const fetchFailed = ConnectError.from(new TypeError("network error"));
 
 describe("a stream that breaks", () => {
@@ -96,7 +108,10 @@ describe("a stream that breaks", () => {
     ["a failed fetch", fetchFailed],
   ] as const) {
     test(`resumes after ${name} from the last sequence seen`, async () => {
-      const { client, calls } = fake([{ to: 2, fail: error }, { from: 1, to: 3, fail: error }]);
+      const { client, calls } = fake([
+        { to: 2, fail: error },
+        { from: 1, to: 3, fail: error },
+      ]);
       assert.deepEqual(await collect(client.watch(RUN)), [1, 2, 3, 4, 5]);
       assert.deepEqual(
         calls.map((c) => c.lastEventId),
@@ -107,12 +122,22 @@ describe("a stream that breaks", () => {
   }
 
   test("re-sends the same CreateRunStream until the first event, then watches", async () => {
-    const { client, calls } = fake([{ to: 0, fail: reset }, { to: 3, fail: reset }]);
+    const { client, calls } = fake([
+      { to: 0, fail: reset },
+      { to: 3, fail: reset },
+    ]);
     const events = client.streamRun({ input: "hi" });
     assert.deepEqual(await collect(events), [1, 2, 3, 4, 5]);
-    assert.deepEqual(calls.map((c) => c.method), ["CreateRunStream", "CreateRunStream", "WatchRunEvents"]);
+    assert.deepEqual(
+      calls.map((c) => c.method),
+      ["CreateRunStream", "CreateRunStream", "WatchRunEvents"],
+    );
     assert.ok(calls[0]!.clientRequestId, "a client_request_id is made up");
-    assert.equal(calls[1]!.clientRequestId, calls[0]!.clientRequestId, "the same one, so the same run");
+    assert.equal(
+      calls[1]!.clientRequestId,
+      calls[0]!.clientRequestId,
+      "the same one, so the same run",
+    );
     assert.equal(calls[2]!.lastEventId, 3n);
   });
 
@@ -133,7 +158,10 @@ describe("a stream that breaks", () => {
   test("throws a status the server sent at once, without retrying", async () => {
     for (const code of [Code.NotFound, Code.Unauthenticated, Code.Aborted, Code.Internal]) {
       const { client, calls } = fake([{ to: 1, fail: new ConnectError("no", code) }]);
-      await assert.rejects(collect(client.watch(RUN)), (error: ConnectError) => error.code === code);
+      await assert.rejects(
+        collect(client.watch(RUN)),
+        (error: ConnectError) => error.code === code,
+      );
       assert.equal(calls.length, 1);
     }
   });
@@ -143,13 +171,19 @@ describe("a stream that ends without error before the terminal event", () => {
   test("is a break while the run goes on", async () => {
     const { client, calls } = fake([{ to: 2 }, {}]);
     assert.deepEqual(await collect(client.watch(RUN)), [1, 2, 3, 4, 5]);
-    assert.deepEqual(calls.map((c) => c.method), ["WatchRunEvents", "GetRun", "WatchRunEvents"]);
+    assert.deepEqual(
+      calls.map((c) => c.method),
+      ["WatchRunEvents", "GetRun", "WatchRunEvents"],
+    );
   });
 
   test("of an ended run, is read once more, then done", async () => {
     const { client, calls } = fake([{ to: 2 }, { to: 3 }], RunStatus.COMPLETED);
     assert.deepEqual(await collect(client.watch(RUN)), [1, 2, 3]);
-    assert.deepEqual(calls.map((c) => c.method), ["WatchRunEvents", "GetRun", "WatchRunEvents"]);
+    assert.deepEqual(
+      calls.map((c) => c.method),
+      ["WatchRunEvents", "GetRun", "WatchRunEvents"],
+    );
   });
 });
 

@@ -3,7 +3,16 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, ConnectError, type AgentEvent, type NodeBehestClient } from "../../src/node.js";
-import { clientFor, NO_SERVER, PROTOCOLS, TIMEOUT, recorder, runOf, SERVER, type Sent } from "./support.js";
+import {
+  clientFor,
+  NO_SERVER,
+  PROTOCOLS,
+  TIMEOUT,
+  recorder,
+  runOf,
+  SERVER,
+  type Sent,
+} from "./support.js";
 
 function hasCode(code: Code) {
   return (error: unknown) => {
@@ -63,7 +72,11 @@ for (const protocol of PROTOCOLS) {
 
     test("an invalid request: INVALID_ARGUMENT with the server's message", async () => {
       await assert.rejects(
-        alice.runs.createRun({ provider: { value: "local" }, model: { value: "no-such-model" }, input: "x" }),
+        alice.runs.createRun({
+          provider: { value: "local" },
+          model: { value: "no-such-model" },
+          input: "x",
+        }),
         hasCode(Code.InvalidArgument),
       );
     });

@@ -18,7 +18,9 @@ export class Proxy {
   static async start(target: string, http2: boolean): Promise<Proxy> {
     const { hostname, port } = new URL(target);
     let proxy: Proxy | undefined;
-    const server = net.createServer((client) => proxy!.accept(client, hostname, Number(port), http2));
+    const server = net.createServer((client) =>
+      proxy!.accept(client, hostname, Number(port), http2),
+    );
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const address = server.address() as net.AddressInfo;
     proxy = new Proxy(server, `http://127.0.0.1:${address.port}`);

@@ -77,26 +77,46 @@ for (const protocol of PROTOCOLS) {
       assert.equal(part?.case === "text" ? part.value.text : undefined, "one two three four");
 
       const listed = await client.runs.listRuns({ sessionId: created.sessionId });
-      assert.deepEqual(listed.runs.map((r) => r.id), [created.runId]);
+      assert.deepEqual(
+        listed.runs.map((r) => r.id),
+        [created.runId],
+      );
 
-      const page = await client.runs.listRunEvents({ runId: created.runId, afterSequence: 2n, limit: 3 });
-      assert.deepEqual(page.events.map((e) => e.sequence), [3n, 4n, 5n]);
+      const page = await client.runs.listRunEvents({
+        runId: created.runId,
+        afterSequence: 2n,
+        limit: 3,
+      });
+      assert.deepEqual(
+        page.events.map((e) => e.sequence),
+        [3n, 4n, 5n],
+      );
       assert.equal(page.lastSequence, 5n);
       assert.equal(page.more, true);
     });
 
     test("ListPendingCalls and SubmitApprovals: a run that waits for an approval", async () => {
-      const request = runOf(script({ tool_calls: [CALCULATOR] }, { say: "tool_results" }), "script", {
-        approvalRequiredTools: ["calculator"],
-      });
+      const request = runOf(
+        script({ tool_calls: [CALCULATOR] }, { say: "tool_results" }),
+        "script",
+        {
+          approvalRequiredTools: ["calculator"],
+        },
+      );
       const events: AgentEvent[] = [];
       for await (const event of client.streamRun(request)) {
         events.push(event);
         if (event.event.case === "approvalRequested") {
           const { calls } = await client.runs.listPendingCalls({ runId: event.runId });
-          assert.deepEqual(calls.map((c) => [c.call?.name, c.kind]), [["calculator", PendingCallKind.APPROVAL]]);
+          assert.deepEqual(
+            calls.map((c) => [c.call?.name, c.kind]),
+            [["calculator", PendingCallKind.APPROVAL]],
+          );
           const answer = { callId: event.event.value.call!.id, decision: ApprovalDecision.ALLOW };
-          const submitted = await client.runs.submitApprovals({ runId: event.runId, approvals: [answer] });
+          const submitted = await client.runs.submitApprovals({
+            runId: event.runId,
+            approvals: [answer],
+          });
           assert.deepEqual(submitted.waitingCallIds, []);
         }
       }
@@ -133,7 +153,10 @@ for (const protocol of PROTOCOLS) {
       for await (const event of client.streamRun(request)) {
         events.push(event);
         if (event.event.case === "approvalRequested") {
-          const cancelled = await client.runs.cancelRun({ runId: event.runId, reason: "not today" });
+          const cancelled = await client.runs.cancelRun({
+            runId: event.runId,
+            reason: "not today",
+          });
           assert.equal(cancelled.status, RunStatus.CANCELLED);
         }
       }

@@ -12,13 +12,16 @@ export const SERVER = {
   token: env.BEHEST_TEST_TOKEN ?? "", // tenant acme
   otherToken: env.BEHEST_TEST_OTHER_TOKEN ?? "", // tenant globex
 };
-export const NO_SERVER = SERVER.http && SERVER.grpc ? false : "no server: run tests/e2e/test_typescript_client.py";
+export const NO_SERVER =
+  SERVER.http && SERVER.grpc ? false : "no server: run tests/e2e/test_typescript_client.py";
 
 /** A test's limit: a stream that hangs fails its test instead of the run (ms). */
 export const TIMEOUT = 30_000;
 
 /** The protocols to test (BEHEST_TEST_PROTOCOLS, comma-separated; default all three). */
-export const PROTOCOLS = (env.BEHEST_TEST_PROTOCOLS || "connect,grpc-web,grpc").split(",") as NodeProtocol[];
+export const PROTOCOLS = (env.BEHEST_TEST_PROTOCOLS || "connect,grpc-web,grpc").split(
+  ",",
+) as NodeProtocol[];
 
 export function urlFor(protocol: NodeProtocol): string {
   return protocol === "grpc" ? SERVER.grpc : SERVER.http;
