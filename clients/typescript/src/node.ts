@@ -13,18 +13,26 @@ export * from "./common.js";
 
 export type NodeProtocol = "connect" | "grpc-web" | "grpc";
 
-export interface NodeClientOptions extends ClientOptions {
+/** A client whose transport is made here, for a protocol. */
+export interface NodeProtocolOptions extends ClientOptions {
   /** http(s)://host:port: the HTTP listener (`http_listen`) for "connect" and "grpc-web",
    * the gRPC listener for "grpc". */
   baseUrl: string;
-  /** Sent as `authorization: Bearer <token>` with every call. */
+  /** Sent as `authorization: Bearer <token>` with every call (an interceptor). */
   token?: string;
-  /** The protocol ("connect", the default), or a transport of your own (TLS options, say),
-   * to which the token is then added. */
-  transport?: NodeProtocol | Transport;
-  /** More interceptors for the transport made here, after the token's. */
+  /** "connect" (the default), "grpc-web" or "grpc". */
+  transport?: NodeProtocol;
+  /** More interceptors for the transport, after the token's. */
   interceptors?: Interceptor[];
 }
+
+/** A client over a transport of your own (TLS options, say); the token is added to it. */
+export interface NodeTransportOptions extends ClientOptions {
+  transport: Transport;
+  token?: string;
+}
+
+export type NodeClientOptions = NodeProtocolOptions | NodeTransportOptions;
 
 export interface NodeBehestClient extends BehestClient {
   /** Close the HTTP/2 connection of a "grpc" client (the others keep none open). */
@@ -33,13 +41,15 @@ export interface NodeBehestClient extends BehestClient {
 
 /** A client of behest's services for Node. */
 export function createBehestClient(options: NodeClientOptions): NodeBehestClient {
-  const { baseUrl, token, transport = "connect", interceptors = [] } = options;
-  if (typeof transport !== "string") {
-    if (interceptors.length > 0) {
-      throw new TypeError("give the interceptors to your transport, not to createBehestClient");
-    }
-    return { ...clientOf(withToken(transport, token), options), close() {} };
+  if (typeof options.transport === "object") {
+    return { ...clientOf(withToken(options.transport, options.token), options), close() {} };
   }
+  const {
+    baseUrl,
+    token,
+    transport = "connect",
+    interceptors = [],
+  } = options as NodeProtocolOptions;
   const made = madeTransport(transport, {
     baseUrl,
     useBinaryFormat: true,

@@ -8,26 +8,37 @@ import { bearer, clientOf, withToken, type BehestClient, type ClientOptions } fr
 
 export * from "./common.js";
 
-export interface WebClientOptions extends ClientOptions {
+/** A client whose transport is made here, for a protocol. */
+export interface WebProtocolOptions extends ClientOptions {
   /** http(s)://host:port of the server's HTTP listener. */
   baseUrl: string;
-  /** Sent as `authorization: Bearer <token>` with every call. */
+  /** Sent as `authorization: Bearer <token>` with every call (an interceptor). */
   token?: string;
-  /** The protocol ("connect", the default), or a transport of your own. */
-  transport?: "connect" | "grpc-web" | Transport;
-  /** More interceptors for the transport made here, after the token's. */
+  /** "connect" (the default) or "grpc-web". */
+  transport?: "connect" | "grpc-web";
+  /** More interceptors for the transport, after the token's. */
   interceptors?: Interceptor[];
 }
 
+/** A client over a transport of your own; the token is added to it. */
+export interface WebTransportOptions extends ClientOptions {
+  transport: Transport;
+  token?: string;
+}
+
+export type WebClientOptions = WebProtocolOptions | WebTransportOptions;
+
 /** A client of behest's services for browsers. */
 export function createBehestClient(options: WebClientOptions): BehestClient {
-  const { baseUrl, token, transport = "connect", interceptors = [] } = options;
-  if (typeof transport !== "string") {
-    if (interceptors.length > 0) {
-      throw new TypeError("give the interceptors to your transport, not to createBehestClient");
-    }
-    return clientOf(withToken(transport, token), options);
+  if (typeof options.transport === "object") {
+    return clientOf(withToken(options.transport, options.token), options);
   }
+  const {
+    baseUrl,
+    token,
+    transport = "connect",
+    interceptors = [],
+  } = options as WebProtocolOptions;
   const common = {
     baseUrl,
     useBinaryFormat: true,

@@ -2,7 +2,18 @@
 // tenant's run is NOT_FOUND, each a ConnectError with its code, thrown at once.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Code, ConnectError, type AgentEvent, type NodeBehestClient } from "../../src/node.js";
+import {
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+} from "@connectrpc/connect-node";
+import {
+  Code,
+  ConnectError,
+  createBehestClient,
+  type AgentEvent,
+  type NodeBehestClient,
+} from "../../src/node.js";
 import {
   clientFor,
   NO_SERVER,
@@ -11,8 +22,15 @@ import {
   recorder,
   runOf,
   SERVER,
+  urlFor,
   type Sent,
 } from "./support.js";
+
+const TRANSPORTS = {
+  connect: createConnectTransport,
+  "grpc-web": createGrpcWebTransport,
+  grpc: createGrpcTransport,
+};
 
 function hasCode(code: Code) {
   return (error: unknown) => {
@@ -58,6 +76,18 @@ for (const protocol of PROTOCOLS) {
       const wrong = clientFor(protocol, { token: "not-a-token-of-this-server" });
       await assert.rejects(wrong.runs.getRun({ runId }), hasCode(Code.Unauthenticated));
       wrong.close();
+    });
+
+    test("a transport of one's own gets the token added", async () => {
+      const make = TRANSPORTS[protocol];
+      const baseUrl = urlFor(protocol);
+      const httpVersion = protocol === "grpc" ? "2" : "1.1";
+      const transport = make({ baseUrl, httpVersion, useBinaryFormat: true });
+      const own = createBehestClient({ transport, token: SERVER.token });
+      const { run } = await own.runs.getRun({ runId });
+      assert.equal(run?.id, runId);
+      const without = createBehestClient({ transport });
+      await assert.rejects(without.runs.getRun({ runId }), hasCode(Code.Unauthenticated));
     });
 
     test("another tenant's run: NOT_FOUND", async () => {
