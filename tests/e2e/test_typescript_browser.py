@@ -23,6 +23,8 @@ from tests.typescript_support import typescript_client as typescript_client  # a
 from tests.web_support import ALICE, chromium, expect, inspector_settings, screenshot
 
 TIMEOUT_MS = 20_000
+# The first test of a session also builds the client (tests/typescript_support.py).
+pytestmark = pytest.mark.timeout(180)
 
 
 class _Quiet(SimpleHTTPRequestHandler):
