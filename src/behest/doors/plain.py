@@ -37,8 +37,8 @@ def error_response(error: ConnectError) -> Response:
     return JSONResponse(wire.to_dict(), status_code=wire.to_http_status().code)
 
 
-async def read_message(request: Request, message_class: Any, max_bytes: int) -> Any:
-    """The request's JSON body as `message_class`, read up to `max_bytes` (then refused)."""
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request's body, read up to `max_bytes` (then refused); an empty one is refused."""
     body = bytearray()
     try:
         async for chunk in request.stream():
@@ -51,7 +51,12 @@ async def read_message(request: Request, message_class: Any, max_bytes: int) -> 
         raise ConnectError(Code.CANCELED, "the client went away") from None
     if not body.strip():
         raise ConnectError(Code.INVALID_ARGUMENT, "the request body is empty: send JSON")
-    return _JSON.decode(body, message_class)
+    return bytes(body)
+
+
+async def read_message(request: Request, message_class: Any, max_bytes: int) -> Any:
+    """The request's JSON body as `message_class`, read up to `max_bytes` (then refused)."""
+    return _JSON.decode(await read_body(request, max_bytes), message_class)
 
 
 def encode_json(message: Any) -> str:
