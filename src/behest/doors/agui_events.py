@@ -101,7 +101,7 @@ class Translator:
         self._iterations: set[int] = set()
         self._uncommitted = False  # text or tool calls streamed since the last commit
         self._client_calls: set[str] = set()
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, _Request] = {}  # asked, until their resolution events
         self._usage: dict[tuple[str, str], Usage] = {}
         self._provider = ("", "")
 
@@ -112,7 +112,6 @@ class Translator:
         self.run_id = run_id
         self.open, self.stale = True, False
         self._usage = {}
-        self._requests = {}
         return [self._run_started()]
 
     def pause(self, waiting: Collection[str]) -> list[BaseEvent]:
@@ -128,7 +127,6 @@ class Translator:
         else:
             pending = [r.call.id for r in requests]
             outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending or None)
-        self._requests = {}
         return [*closing, self._finished(outcome)]
 
     def wants_message(self, event: Any) -> str:
