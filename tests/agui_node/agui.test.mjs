@@ -166,6 +166,32 @@ test("a failed run as RUN_ERROR with its code", async () => {
   assert.equal(textOf(next.events), "after the failure");
 });
 
+test("a snapshot catches the client up with the session", async () => {
+  // A structured answer that does not fit is repaired: behest asks the model again with a
+  // user message of its own, which the client never streamed. MESSAGES_SNAPSHOT brings it.
+  const a = agent();
+  const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"] };
+  const behest = {
+    model: "script",
+    responseFormat: { name: "answer", jsonSchema: JSON.stringify(schema) },
+  };
+  say(a, script({ text: "not json" }, { text: '{"n": 4}' }));
+  const repaired = await run(a, { forwardedProps: { behest } });
+  assert.equal(repaired.finished.outcome, "success");
+  const kinds = types(repaired.events);
+  assert.equal(kinds.at(-2), EventType.MESSAGES_SNAPSHOT);
+  assert.deepEqual(
+    a.messages.filter((m) => m.role !== "reasoning").map((m) => m.role),
+    ["user", "assistant", "user", "assistant"],
+  );
+  assert.equal(a.messages.at(-1).content, '{"n": 4}');
+
+  // With the session's history, the next turn is accepted.
+  say(a, "next");
+  const next = await run(a, { forwardedProps: { behest: { model: "echo" } } });
+  assert.equal(textOf(next.events), "next");
+});
+
 // --- Last-Event-ID: behest's extension -------------------------------------------------------
 
 // A loopback TCP proxy whose `cut()` drops every connection it carries, from the server's side.

@@ -1,8 +1,9 @@
 """The AG-UI door through real HTTP. The real @ag-ui/client HttpAgent, in Node
 (tests/agui_node/agui.test.mjs), runs a text run, a frontend tool the client answers, an
-approval as an interrupt resumed, a failed run, and a stream cut by the server resumed with
-Last-Event-ID, each checked with @ag-ui/client's own event-order validation. Here: the door's
-refusals, each an HTTP status with Connect's JSON error and nothing written."""
+approval as an interrupt resumed, a failed run, a snapshot that catches the client up, and a
+stream cut by the server resumed with Last-Event-ID, each checked with @ag-ui/client's own
+event-order validation. Here: the door's refusals, each an HTTP status with Connect's JSON
+error and nothing written."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ SCENARIOS = [
     "a frontend tool the client answers",
     "an approval as an interrupt, resumed",
     "a failed run as RUN_ERROR with its code",
+    "a snapshot catches the client up with the session",
     "a reconnect with Last-Event-ID gets the rest exactly once",
 ]
 MAX_BODY = 256 * 1024
