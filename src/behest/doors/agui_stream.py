@@ -61,6 +61,7 @@ class Follow:
         self._floor = segment.after  # events of this position or before are not sent
         self._batch: list[str] = []  # the call ids of the pause being read
         self._batch_end = 0
+        self._batch_time: int | None = None  # its last request's time (ms)
         self._target = False  # the batch is the pause the input answers
         self._pending: frozenset[str] | None = None
         self.done = False
@@ -100,6 +101,7 @@ class Follow:
         payload = getattr(event, event.WhichOneof("event"))
         self._batch.append(payload.call.id)
         self._batch_end = seq
+        self._batch_time = event.timestamp.ToMilliseconds() if event.HasField("timestamp") else None
         asked = set(self._batch)
         if not self._inside:
             segment = self._segment
@@ -111,7 +113,7 @@ class Follow:
             self._pending = await self._waiting_now()
         if self._pending and self._pending <= asked:
             self.done = True
-            return await self._frames(self._t.pause(self._pending), seq)
+            return await self._frames(self._stamped(self._t.pause(self._pending)), seq)
         return []
 
     async def _batch_over(self) -> list[bytes]:
@@ -138,9 +140,15 @@ class Follow:
         if waiting:
             out += self._t.pause(waiting)
             self.done = True
-        frames = await self._frames(out, position)
+        frames = await self._frames(self._stamped(out), position)
         self._floor = max(self._floor, position)
         return frames
+
+    def _stamped(self, out: list[BaseEvent]) -> list[BaseEvent]:
+        """The events a pause ends or starts an AG-UI run with, at its requests' time."""
+        for item in out:
+            item.timestamp = self._batch_time
+        return out
 
     async def _frames(self, out: list[BaseEvent], position: int) -> list[bytes]:
         """The events of behest event `position` as SSE frames (none if the client has
