@@ -213,3 +213,56 @@ async def test_a_bad_last_event_id_is_400(door: Server) -> None:
     response = await post(door, run_input(), **{"last-event-id": "seven"})
     refused(response, 400, "invalid_argument", "Last-Event-ID")
     assert await sessions(door, ALICE) == []
+
+
+async def test_a_pause_ends_the_stream_and_frees_its_slot_for_the_next_input(
+    tmp_path: Path,
+) -> None:
+    server = await start_server(inspector_settings(tmp_path, max_streams=1))
+    try:
+        calc = {"name": "calculator", "arguments": {"expression": "2+2"}}
+        steps = json.dumps({"steps": [{"tool_calls": [calc]}, {"text": "it is 4"}]})
+        behest = {"model": "script", "approvalRequiredTools": ["calculator"]}
+        said = user(steps)
+        first = run_input("", said, forwardedProps={"behest": behest})
+        paused = events(await post(server, first))
+        assert paused[-1]["outcome"]["type"] == "interrupt"
+
+        assistant = {
+            "id": "a",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": "call_1_1",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": "{}"},
+                }
+            ],
+        }
+        resume = [{"interruptId": "call_1_1", "status": "resolved", "payload": True}]
+        answer = run_input(first["threadId"], said, assistant, resume=resume)
+        answered = events(await post(server, answer))
+
+        assert answered[0]["type"] == "RUN_STARTED"
+        assert answered[-1]["outcome"]["type"] == "success"
+    finally:
+        await stop_server(server)
+
+
+async def test_an_open_stream_holds_one_of_the_tenants_slots(tmp_path: Path) -> None:
+    server = await start_server(inspector_settings(tmp_path, max_streams=1))
+    try:
+        slow = json.dumps({"steps": [{"text": "one two three four", "delay_ms": 300}]})
+        body = run_input("", user(slow), forwardedProps={"behest": {"model": "script"}})
+        headers = {"authorization": f"Bearer {ALICE}", "content-type": "application/json"}
+        async with httpx2.AsyncClient(timeout=30) as client:
+            url = f"{base(server)}/ag-ui"
+            async with client.stream("POST", url, json=body, headers=headers) as open_one:
+                assert open_one.status_code == 200
+                chunks = open_one.aiter_text()
+                received = [await anext(chunks)]
+                refused(await post(server, run_input()), 429, "resource_exhausted", "max_streams")
+                received += [chunk async for chunk in chunks]
+        assert '"type":"RUN_FINISHED"' in "".join(received)
+    finally:
+        await stop_server(server)

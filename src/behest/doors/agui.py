@@ -174,7 +174,8 @@ class AguiDoor:
                 meta = json.loads(run.metadata or "{}")
             except ValueError:
                 continue
-            if isinstance(meta, dict) and meta.get("ag_ui", {}).get("runId") == found.run_id:
+            ag_ui = meta.get("ag_ui") if isinstance(meta, dict) else None
+            if isinstance(ag_ui, dict) and ag_ui.get("runId") == found.run_id:
                 return str(run.id)
         raise FailedPrecondition(
             f"thread {found.thread_id} holds this input's messages already, and none of its "

@@ -67,11 +67,17 @@ class Follow:
         self.done = False
 
     async def frames(self, events: AsyncIterator[Any]) -> AsyncIterator[list[bytes]]:
-        """Each behest event's SSE frames (often none), until the AG-UI run ends."""
-        async for event in events:
-            yield await self.step(event)
-            if self.done:
-                return
+        """Each behest event's SSE frames (often none), until the AG-UI run ends; the
+        events' stream is closed then (a pause ends the AG-UI run, not the behest run)."""
+        try:
+            async for event in events:
+                yield await self.step(event)
+                if self.done:
+                    return
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
 
     async def step(self, event: Any) -> list[bytes]:
         kind = event.WhichOneof("event")

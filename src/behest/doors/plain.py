@@ -92,15 +92,25 @@ async def call_stream(
 
 async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
     """The stream's first item (a refusal raises here, while an HTTP status can still say
-    so) and the stream, that item first, for the response's body."""
+    so) and the stream, that item first, for the response's body; closing that closes the
+    stream (and so the guarded call, its stream slot with it)."""
     first = await anext(stream)
 
     async def rest() -> AsyncIterator[Any]:
-        yield first
-        async for item in stream:
-            yield item
+        try:
+            yield first
+            async for item in stream:
+                yield item
+        finally:
+            await _close(stream)
 
     return first, rest()
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def with_heartbeats(stream: AsyncIterator[Any], every_s: float) -> AsyncIterator[Any]:
@@ -125,9 +135,7 @@ async def with_heartbeats(stream: AsyncIterator[Any], every_s: float) -> AsyncIt
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
+        await _close(stream)
 
 
 def sse_event(data: str, *, event_id: int | None = None, event: str = "") -> bytes:
