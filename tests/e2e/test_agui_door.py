@@ -11,17 +11,21 @@ import asyncio
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.http_support import Connect
-from tests.support import CI, Server, start_server, stop_server
-from tests.web_support import ALICE, BOB, inspector_settings
+from tests.support import CI, Server, fast_settings, start_server, stop_server
+from tests.web_support import ALICE, AUTH, BOB, inspector_settings
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "agui_node"
 SCENARIOS = [
@@ -264,5 +268,31 @@ async def test_an_open_stream_holds_one_of_the_tenants_slots(tmp_path: Path) -> 
                 refused(await post(server, run_input()), 429, "resource_exhausted", "max_streams")
                 received += [chunk async for chunk in chunks]
         assert '"type":"RUN_FINISHED"' in "".join(received)
+    finally:
+        await stop_server(server)
+
+
+async def test_a_jwt_is_a_caller_here_too_and_its_thread_is_its_tenants(tmp_path: Path) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = tmp_path / "jwt-public.pem"
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    verify = {"public_key_file": str(public), "audience": "behest", "tenant_claim": "org"}
+    tables = {"auth": {**AUTH["auth"], "jwt": verify}}
+    settings = fast_settings(tmp_path, http_listen="127.0.0.1:0").with_tables(tables, source="t")
+    server = await start_server(settings)
+    try:
+        claims = {"sub": "carol", "org": "initech", "aud": "behest", "exp": int(time.time()) + 300}
+        token = jwt.encode(claims, key, algorithm="ES256")
+        body = run_input("", user("signed"))
+
+        answered = events(await post(server, body, token=token))
+
+        assert answered[-1]["type"] == "RUN_FINISHED"
+        assert [s["id"] for s in await sessions(server, token)] == [body["threadId"]]
+        assert await sessions(server, ALICE) == []
     finally:
         await stop_server(server)

@@ -128,9 +128,8 @@ class AguiDoor:
             check_prior(plan, stored)
             stream = calls.stream(f"{RUNS}/CreateRunStream", run_request(found, plan))
         first, events = await first_and_rest(stream)
-        return self._follow(
-            calls, found, history, first.run_id, Segment(found.run_id, after=after)
-        ), events
+        segment = Segment(found.run_id, after=after)
+        return self._follow(calls, found, history, first.run_id, segment), events
 
     async def _continue(
         self, calls: Calls, found: RunAgentInput, plan: Plan, history: History, after: int
