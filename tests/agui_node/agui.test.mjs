@@ -1,13 +1,15 @@
 // behest's AG-UI door driven by the real @ag-ui/client HttpAgent (`node --test`), against the
 // server tests/e2e/test_agui_door.py starts: AGUI_URL is its HTTP listener, AGUI_TOKEN a
-// bearer token of one tenant. Every run's events pass @ag-ui/client's own order check
-// (verifyEvents) twice: inside runAgent's pipeline, and again over the events as received.
+// bearer token of one tenant. Every run's events pass @ag-ui/client's own checks inside
+// runAgent's pipeline, and again over the events as received: each against @ag-ui/core's
+// schema, their order with verifyEvents.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import net from "node:net";
 import { test } from "node:test";
 
 import { EventType, HttpAgent, verifyEvents } from "@ag-ui/client";
+import { EventSchema } from "@ag-ui/core/schemas";
 import { from, lastValueFrom, toArray } from "rxjs";
 
 const BASE = process.env.AGUI_URL;
@@ -25,7 +27,9 @@ function say(agentUnderTest, content) {
   agentUnderTest.addMessage({ id: randomUUID(), role: "user", content });
 }
 
+// Each event valid per @ag-ui/core's schema, the order per @ag-ui/client's verifyEvents.
 async function verified(events) {
+  for (const event of events) EventSchema.parse(event);
   return lastValueFrom(from(events).pipe(verifyEvents(), toArray()));
 }
 
