@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 BASELINE := tests/contract/agent_v1_baseline.binpb
+# The AG-UI door's tests drive the real @ag-ui/client in Node (tests/agui_node, its lock file).
+AGUI_NODE := tests/agui_node/node_modules/.package-lock.json
 # The run inspector's browser tests drive Debian's chromium through Playwright (never
 # `playwright install`, which downloads browsers).
 CHROMIUM := /usr/bin/chromium
@@ -43,7 +45,11 @@ $(BUF):
 serve: install
 	$(BIN)/behest serve
 
-test: install $(CHROMIUM) $(TS_DEPS)
+$(AGUI_NODE): tests/agui_node/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix tests/agui_node
+	touch $@
+
+test: install $(CHROMIUM) $(TS_DEPS) $(AGUI_NODE)
 	$(BIN)/pytest
 
 proto: install

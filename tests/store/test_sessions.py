@@ -3,10 +3,15 @@ counts; a session by id (whichever tenant's); a transcript's pages by position."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from behest.domain.runs import RunStatus
+from behest.errors import NotFound
 from behest.store.sql.store import SqlStore
 from behest.store.writes import AppendMessage
-from tests.store.helpers import at, create, finish, message, new_id, request
+from tests.store.helpers import TENANT, at, create, finish, message, new_id, request
 
 
 async def test_list_sessions_is_the_tenants_newest_first_with_counts(store: SqlStore) -> None:
@@ -88,3 +93,40 @@ async def test_session_messages_page_by_position(store: SqlStore) -> None:
     assert await store.session_messages_page(run.session_id, from_position=0, limit=100) == (
         written
     )
+
+
+async def test_start_session_starts_one_with_the_chosen_id_then_continues_it(
+    store: SqlStore,
+) -> None:
+    chosen = new_id()
+    starting = replace(request(session_id=chosen), start_session=True)
+
+    first = await create(store, starting)
+    await finish(store, first.id)
+    again = await create(store, replace(starting, input="again"))
+
+    assert first.session_id == again.session_id == chosen
+    found = await store.get_session(chosen)
+    assert found is not None and found.tenant == TENANT
+    assert (found.run_count, found.active_run_id) == (2, again.id)
+
+
+async def test_start_session_with_another_tenants_id_is_not_found_and_writes_nothing(
+    store: SqlStore,
+) -> None:
+    theirs = await create(store, tenant=new_id())
+    starting = replace(request(session_id=theirs.session_id), start_session=True)
+
+    with pytest.raises(NotFound) as refused:
+        await create(store, starting)
+
+    assert str(refused.value) == f"session {theirs.session_id} not found"
+    found = await store.get_session(theirs.session_id)
+    assert found is not None and found.run_count == 1
+
+
+async def test_a_session_that_was_not_started_is_still_not_found(store: SqlStore) -> None:
+    missing = new_id()
+    with pytest.raises(NotFound):
+        await create(store, request(session_id=missing))
+    assert await store.get_session(missing) is None

@@ -115,6 +115,8 @@ def run_request(
     if request.HasField("reasoning"):
         reasoning = run_reasoning(request.reasoning, offer.max_output_tokens(provider, model))
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
+    if request.start_session and session_id is None:
+        raise InvalidArgument("start_session needs session_id: the UUID of the session to start")
     return RunRequest(
         session_id=session_id,
         provider=provider,
@@ -132,6 +134,7 @@ def run_request(
         response_format=response_format,
         reasoning=reasoning,
         content=content,
+        start_session=request.start_session,
     )
 
 

@@ -93,6 +93,8 @@ class RunRequest:
     reasoning: Reasoning | None = None
     # The user's message as content parts beside (after) input: text, images, files.
     content: tuple[ContentPart, ...] = ()
+    # With session_id: start that session (with that id) if no session has it yet.
+    start_session: bool = False
     # Set by behest for a sub-agent run (never by a client): its parent, how deep it is.
     parent_run_id: str = ""
     depth: int = 0
@@ -114,6 +116,8 @@ class RunRequest:
                 (p.kind, p.text, p.media_type, p.url, p.filename, p.digest) for p in self.content
             ]
             waits.append(repr(parts))
+        if self.start_session:
+            waits.append("start_session")
         body = json.dumps(
             [
                 self.session_id or "",

@@ -11,6 +11,7 @@ from starlette.types import ASGIApp
 from behest.api.auth import Authenticator
 from behest.api.handlers import GuardedMethod
 from behest.config import Settings
+from behest.doors.agui import AguiDoor
 from behest.doors.connect import ConnectDoor
 from behest.doors.front import Front
 
@@ -20,11 +21,11 @@ def doors_front(
 ) -> Callable[[ASGIApp], ASGIApp]:
     """What puts the doors in front of the inspector's app."""
     authenticator = Authenticator(settings.auth, settings.tls)
-    connect = ConnectDoor(
-        services, authenticator, read_max_bytes=settings.max_receive_message_bytes
-    )
+    max_body = settings.max_receive_message_bytes
+    connect = ConnectDoor(services, authenticator, read_max_bytes=max_body)
     # The plain-HTTP doors' routes (server-sent events, AG-UI) join here.
     routes: list[BaseRoute] = []
+    routes += AguiDoor(services, authenticator, max_body_bytes=max_body).routes()
 
     def front(inspector: ASGIApp) -> ASGIApp:
         return Front(inspector, connect, routes, cors_origins=settings.http_cors_origins)

@@ -37,8 +37,8 @@ def error_response(error: ConnectError) -> Response:
     return JSONResponse(wire.to_dict(), status_code=wire.to_http_status().code)
 
 
-async def read_message(request: Request, message_class: Any, max_bytes: int) -> Any:
-    """The request's JSON body as `message_class`, read up to `max_bytes` (then refused)."""
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request's body, read up to `max_bytes` (then refused); an empty one is refused."""
     body = bytearray()
     try:
         async for chunk in request.stream():
@@ -51,7 +51,12 @@ async def read_message(request: Request, message_class: Any, max_bytes: int) -> 
         raise ConnectError(Code.CANCELED, "the client went away") from None
     if not body.strip():
         raise ConnectError(Code.INVALID_ARGUMENT, "the request body is empty: send JSON")
-    return _JSON.decode(body, message_class)
+    return bytes(body)
+
+
+async def read_message(request: Request, message_class: Any, max_bytes: int) -> Any:
+    """The request's JSON body as `message_class`, read up to `max_bytes` (then refused)."""
+    return _JSON.decode(await read_body(request, max_bytes), message_class)
 
 
 def encode_json(message: Any) -> str:
@@ -87,15 +92,25 @@ async def call_stream(
 
 async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
     """The stream's first item (a refusal raises here, while an HTTP status can still say
-    so) and the stream, that item first, for the response's body."""
+    so) and the stream, that item first, for the response's body; closing that closes the
+    stream (and so the guarded call, its stream slot with it)."""
     first = await anext(stream)
 
     async def rest() -> AsyncIterator[Any]:
-        yield first
-        async for item in stream:
-            yield item
+        try:
+            yield first
+            async for item in stream:
+                yield item
+        finally:
+            await _close(stream)
 
     return first, rest()
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def with_heartbeats(stream: AsyncIterator[Any], every_s: float) -> AsyncIterator[Any]:
@@ -120,9 +135,7 @@ async def with_heartbeats(stream: AsyncIterator[Any], every_s: float) -> AsyncIt
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
+        await _close(stream)
 
 
 def sse_event(data: str, *, event_id: int | None = None, event: str = "") -> bytes:

@@ -44,7 +44,9 @@ CREATED_STATUS = RunStatus.SESSION_LOADED
 # a twin in another transaction (another request, replica or store) inserts the same key and
 # commits first, and this insert fails with an IntegrityError (PostgreSQL; SQLite's writers
 # are serialised, so the twin's key is simply found). The creation is tried again once, in a
-# new savepoint, which finds the twin's run. Any other failure is not retried.
+# new savepoint, which finds the twin's run. The same holds for a session a request starts
+# (start_session): a twin that started it first is found the second time. Any other failure is
+# not retried.
 KEY_RACE_RETRIES = 1
 
 
@@ -65,7 +67,8 @@ def create_checked(conn: Connection, new: NewRun) -> BatchResult:
         except BehestError as exc:
             return exc
         except IntegrityError as exc:
-            if not new.request.client_request_id or attempt >= KEY_RACE_RETRIES:
+            racing = new.request.client_request_id or new.request.start_session
+            if not racing or attempt >= KEY_RACE_RETRIES:
                 return exc
             attempt += 1
 
@@ -176,6 +179,9 @@ def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
         .where(sessions.c.id == session_id, sessions.c.tenant == new.tenant)
         .with_for_update()
     ).first()
+    if session is None and new.request.start_session:
+        _start_session(conn, session_id, new)
+        return
     if session is None:  # another tenant's session is answered as one that does not exist
         raise NotFound(f"session {session_id} not found")
     claimed = conn.execute(
@@ -188,6 +194,15 @@ def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
             f"session {session_id} already has an active run {session.active_run_id}; "
             "wait for it to end or cancel it"
         )
+
+
+def _start_session(conn: Connection, session_id: str, new: NewRun) -> None:
+    """A new session with the id the request chose, the new run its active one; NotFound if
+    another tenant's session has that id (answered as any session of another tenant is)."""
+    taken = conn.execute(sa.select(t.sessions.c.id).where(t.sessions.c.id == session_id)).first()
+    if taken is not None:
+        raise NotFound(f"session {session_id} not found")
+    conn.execute(INSERT_SESSIONS, session_row(new, session_id))
 
 
 def get_run(conn: Connection, run_id: str) -> Run | None:

@@ -1531,6 +1531,7 @@ class CreateRunRequest(_message.Message):
     RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    START_SESSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -1561,6 +1562,12 @@ class CreateRunRequest(_message.Message):
     """Added in behest 0.6. Offer the model the `spawn_agent` tool: a call starts a child run
     (instructions, input, tools, model; default the parent's) and returns its final text.
     Depth and children per run are limited by the server's settings.
+    """
+    start_session: _builtins.bool
+    """Added in behest 0.10. With session_id: start that session, with that id, when no session
+    has it yet (a UUID the client chose, such as an AG-UI thread id); a session of the
+    caller's tenant with that id is continued as without it, and another tenant's is
+    NOT_FOUND, as always.
     """
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
@@ -1632,10 +1639,11 @@ class CreateRunRequest(_message.Message):
         response_format: Global___ResponseFormat | None = ...,
         reasoning: Global___Reasoning | None = ...,
         content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
+        start_session: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "start_session", b"start_session", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
