@@ -99,6 +99,7 @@ class App:
             reconciler_role=settings.auth.reconciler_role,
             workers=self.workers,
             worker_role=settings.auth.worker_role,
+            stream_ticket_ttl_s=settings.stream_ticket_ttl_s,
         )
         self._edges(settings)
         self.retention = Retention(
