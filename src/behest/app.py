@@ -157,7 +157,7 @@ class App:
                 auth=settings.auth,
                 tls=settings.tls,
                 open_streams=self.admission.open_streams,
-                front=doors_front(self.server.services, settings),
+                front=doors_front(self.server.services, settings, self.runs),
             )
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:

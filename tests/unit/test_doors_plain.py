@@ -1,9 +1,11 @@
-"""What the plain-HTTP doors share (doors/plain.py): heartbeats while a stream is quiet, a
-stream read in one task and closed with its reader, the first item apart, events framed."""
+"""What the plain-HTTP doors share (doors/plain.py) and the SSE door's framing (doors/sse.py):
+heartbeats while a stream is quiet, a stream read in one task and closed with its reader, the
+first item apart, events framed, and a refusal after the headers as a last `stream_error`."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +13,8 @@ import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from behest.doors.plain import first_and_rest, sse_event, with_heartbeats
+from behest.doors.plain import SSE_HEARTBEAT, first_and_rest, sse_event, with_heartbeats
+from behest.doors.sse import _frames
 
 
 class Source:
@@ -87,3 +90,20 @@ def test_an_event_with_lines_sends_each_as_data() -> None:
     framed = sse_event("one\ntwo", event_id=7, event="text_delta")
     assert framed == b"id: 7\nevent: text_delta\ndata: one\ndata: two\n\n"
     assert sse_event("{}") == b"data: {}\n\n"
+
+
+async def test_a_refusal_after_the_headers_is_a_last_stream_error_event() -> None:
+    async def items() -> AsyncIterator[Any]:
+        yield None
+        raise ConnectError(Code.UNAVAILABLE, "the database's disk is full")
+
+    frames = [frame async for frame in _frames(items())]
+    assert frames[0] == b"retry: 1000\n\n"
+    assert frames[1] == SSE_HEARTBEAT
+    lines = frames[2].decode().splitlines()
+    assert lines[0] == "event: stream_error"
+    assert json.loads(lines[1].removeprefix("data: ")) == {
+        "code": "unavailable",
+        "message": "the database's disk is full",
+    }
+    assert len(frames) == 3 and not any(line.startswith("id:") for line in lines)

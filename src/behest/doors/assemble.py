@@ -13,10 +13,12 @@ from behest.api.handlers import GuardedMethod
 from behest.config import Settings
 from behest.doors.connect import ConnectDoor
 from behest.doors.front import Front
+from behest.doors.sse import ServerSentEvents
+from behest.runs.operations import Operations
 
 
 def doors_front(
-    services: Mapping[str, list[GuardedMethod]], settings: Settings
+    services: Mapping[str, list[GuardedMethod]], settings: Settings, runs: Operations
 ) -> Callable[[ASGIApp], ASGIApp]:
     """What puts the doors in front of the inspector's app."""
     authenticator = Authenticator(settings.auth, settings.tls)
@@ -24,7 +26,7 @@ def doors_front(
         services, authenticator, read_max_bytes=settings.max_receive_message_bytes
     )
     # The plain-HTTP doors' routes (server-sent events, AG-UI) join here.
-    routes: list[BaseRoute] = []
+    routes: list[BaseRoute] = [*ServerSentEvents.of(services, authenticator, runs, settings).routes]
 
     def front(inspector: ASGIApp) -> ASGIApp:
         return Front(inspector, connect, routes, cors_origins=settings.http_cors_origins)
