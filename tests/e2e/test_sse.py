@@ -2,7 +2,8 @@
 streamed from POST /v1/runs and GET /v1/runs/{id}/events, the server's side dropping the
 connection mid-run (a proxy in between aborts it), resumed with Last-Event-ID and ?after=
 without a gap or a repeat; heartbeats while a run is quiet; the end after the terminal event;
-POST /v1/runs idempotent with its client_request_id."""
+POST /v1/runs idempotent with its client_request_id; a stream taken up on another replica
+with a ticket minted on the first (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from behest._proto.agent.v1 import run_pb2 as pb
 from tests.sse_support import (
     HEARTBEAT_S,
     TIMEOUT,
@@ -33,6 +35,7 @@ from tests.sse_support import (
     stored_events,
 )
 from tests.support import script
+from tests.web_support import ALICE, bearer
 
 
 @pytest.fixture
@@ -203,4 +206,42 @@ async def test_a_stopping_server_closes_its_open_streams(tmp_path: Path) -> None
             await opened.aclose()
     finally:
         if not stopped:
+            await stop_web(web)
+
+
+async def test_a_stream_resumes_on_another_replica_with_a_ticket_minted_on_the_first(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    first, second = [
+        await start_web(sse_settings(tmp_path / name, postgres_url, node_id=f"sse-{name}-{suffix}"))
+        for name in ("a", "b")
+    ]
+    approving: list[asyncio.Task[None]] = []
+    try:
+        async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
+            body = create_body(WAITS_THEN_TALKS, approval_required_tools=["calculator"])
+            started = await read_stream(
+                client, "POST", f"{first.base}/v1/runs", headers=auth(), json_body=body,
+                until=has("approval_requested"),
+            )  # fmt: skip
+            run_id = started.events[0].json()["runId"]
+            request = pb.CreateStreamTicketRequest(run_id=run_id)
+            minted = await first.server.runs.CreateStreamTicket(request, metadata=bearer(ALICE))
+
+            def on_item(stream: Stream) -> bool:
+                if stream.comments and not approving:  # the second replica follows the run
+                    approving.append(asyncio.create_task(approve(first, run_id)))
+                return False
+
+            url = f"{second.base}/v1/runs/{run_id}/events?ticket={minted.ticket}"
+            rest = await read_stream(
+                client, "GET", url, headers={"last-event-id": started.last_id}, until=on_item
+            )
+            await asyncio.gather(*approving)
+        assert rest.status == 200 and not rest.dropped
+        assert_whole(started.events + rest.events, await stored_events(second, run_id))
+        assert rest.events[-1].event == "run_completed"
+    finally:
+        for web in (first, second):
             await stop_web(web)
