@@ -112,6 +112,7 @@ async def test_a_finished_run_replays_after_the_cursor_and_last_event_id_wins(we
         at_end = await read_stream(client, "GET", url, headers=auth(**{"last-event-id": str(n)}))
         beyond = await read_stream(client, "GET", f"{url}?after={n + 1}", headers=auth())
         bad = await read_stream(client, "GET", f"{url}?after=-1", headers=auth())
+        head = await client.head(url, headers=auth())
 
     stored = await stored_events(web, run_id)
     assert_whole(whole.events, stored)
@@ -127,6 +128,7 @@ async def test_a_finished_run_replays_after_the_cursor_and_last_event_id_wins(we
     assert beyond.status == 400 and '"out_of_range"' in beyond.body
     assert bad.status == 400 and '"invalid_argument"' in bad.body
     assert "sequence numbers" in bad.body
+    assert head.status_code == 405  # no stream held open for a body nobody reads
 
 
 async def test_a_quiet_run_gets_heartbeats_and_its_stream_ends_after_the_terminal_event(

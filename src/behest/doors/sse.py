@@ -114,6 +114,8 @@ class ServerSentEvents:
 
     async def events(self, request: Request) -> Response:
         """GET /v1/runs/{run_id}/events: the run's events after the cursor, then live."""
+        if request.method != "GET":  # HEAD, which Starlette routes here: no stream to hold
+            return Response(status_code=405, headers={"allow": "GET"})
         run_id = str(request.path_params["run_id"])
         try:
             caller = await self._caller(request, run_id)
