@@ -60,7 +60,8 @@ from behest.runs.operations import Operations
 log = logging.getLogger(__name__)
 
 # How long the response's status waits for the stream's first event or refusal; after that
-# the headers go out with a heartbeat (refusals come within milliseconds: a run looked up).
+# the headers go out with a heartbeat (refusals come within milliseconds: a run looked up),
+# whatever sse_heartbeat_s says.
 ACCEPT_S = 1.0
 # How long EventSource waits before it reconnects (its default is about 3 s).
 RETRY_MS = 1000
@@ -146,6 +147,10 @@ class ServerSentEvents:
             return await self._runs.ticket_caller(ticket, run_id)
         except BehestError as exc:
             raise refusal(exc) from None
+        except Exception:  # the store failed: logged (its digest at most, never the ticket)
+            log.exception("a stream ticket could not be checked")
+            message = "internal error: the stream ticket could not be checked (it is logged)"
+            raise ConnectError(Code.INTERNAL, message) from None
 
     def _header_caller(self, request: Request) -> Caller:
         try:
@@ -156,7 +161,7 @@ class ServerSentEvents:
     async def _respond(self, stream: AsyncIterator[Any]) -> Response:
         """The stream as server-sent events, once its first event (or heartbeat) is in: a
         refusal before then is the response's status; an empty stream is 204."""
-        paced = with_heartbeats(stream, self._heartbeat_s, first_s=min(ACCEPT_S, self._heartbeat_s))
+        paced = with_heartbeats(stream, self._heartbeat_s, first_s=ACCEPT_S)
         try:
             _, rest = await first_and_rest(paced)
         except StopAsyncIteration:
