@@ -9,6 +9,9 @@ BASELINE := tests/contract/agent_v1_baseline.binpb
 # `playwright install`, which downloads browsers).
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The TypeScript client's dependencies (package-lock.json), for its lint and tests (which build it).
+TS_CLIENT := clients/typescript
+TS_DEPS := $(TS_CLIENT)/node_modules/.package-lock.json
 
 .PHONY: install serve test proto proto-check lint bench baseline clean
 
@@ -30,13 +33,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+$(TS_DEPS): $(TS_CLIENT)/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix $(TS_CLIENT)
+	touch $@
+
 $(BUF):
 	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
 
 serve: install
 	$(BIN)/behest serve
 
-test: install $(CHROMIUM)
+test: install $(CHROMIUM) $(TS_DEPS)
 	$(BIN)/pytest
 
 proto: install
@@ -54,16 +61,17 @@ proto-check: install $(BUF)
 baseline: $(BUF)
 	$(BUF) build -o $(BASELINE)
 
-lint: install
+lint: install $(TS_DEPS)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src
+	npm run --silent --prefix $(TS_CLIENT) lint
 
 bench: install
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .tools
+	rm -rf $(VENV) .tools $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(TS_CLIENT)/src/gen
 
 # --- Local OpenAI-compatible model server (offline; no API key) -----------------------------
 # llama-cpp-python builds llama.cpp from source (4-10 min the first time; pip caches the wheel).

@@ -28,13 +28,13 @@ from typing import Any
 from behest import event_loop
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.config import Settings
-from bench import children, items, workers
+from bench import children, doors, items, workers
 from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
 from tests.stored import fresh_database
 
 RESULTS = ROOT / "bench" / "results"
-ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
+ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11")
 NAMES = {
     "1": "floors",
     "2": "one long run",
@@ -46,6 +46,7 @@ NAMES = {
     "8": "bearer auth",
     "9": "replicas on PostgreSQL",
     "10": "worker tools",
+    "11": "HTTP doors (Connect, SSE) against gRPC",
 }
 # Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
 NEEDS_FLOORS = {"2", "3", "4", "7", "10"}
@@ -527,6 +528,48 @@ async def run(suite: Suite) -> None:
         await run_replicas(suite)
     if "10" in suite.only:
         await guarded(suite, {"10"}, run_workers(suite))
+    if "11" in suite.only:
+        await guarded(suite, {"11"}, run_doors(suite))
+
+
+async def run_doors(suite: Suite) -> None:
+    """Item 11: one long run's events/s and the first event's time over Connect and SSE,
+    against gRPC's on the same server (one event per delta)."""
+    s = suite.sizes
+    env = {"BEHEST_HTTP_LISTEN": "127.0.0.1:0", "BEHEST_COALESCE_TEXT_DELTAS": "false"}
+    with tempfile.TemporaryDirectory(prefix="behest-bench-") as data_dir:
+        server = await children.start_behest(Path(data_dir), settings=env)
+        base = f"http://127.0.0.1:{int(server.serving['http_port'])}"
+        async with children.running(server), items.channel(server.address) as ch:
+            await items.warm_up(rpc.RunServiceStub(ch))
+
+            async def measure() -> dict[str, Any]:
+                rates = await doors.long_runs(
+                    server.address, base, s.long_run_deltas, s.long_run_repeats
+                )
+                first = await doors.first_events(
+                    server.address, base, s.first_event_warm_up, s.first_event_samples
+                )
+                return {"events_per_s": rates, "first_event": first}
+
+            result = await suite.item("11", measure)
+    suite.results["11"] = {"name": NAMES["11"], "store": "sqlite", **result}
+    if "error" in result:
+        return
+    rates, first = result["events_per_s"], result["first_event"]
+    for door in ("connect", "sse"):
+        ratio = _ratio(rates[door], rates["grpc"])
+        suite.rows.append(
+            Row("11", f"one long run over {door}, {rates['deltas']} deltas", rates[door],
+                "ev/s", "≥ 0.5x gRPC's", ratio, ratio is not None and ratio >= 0.5)
+        )  # fmt: skip
+    suite.rows.append(Row("11", "one long run over gRPC (the reference)", rates["grpc"], "ev/s"))
+    for door in ("connect", "sse"):
+        ms = first[f"{door}_ms"]
+        suite.rows.append(
+            Row("11", f"time to first event over {door}", ms, "ms",
+                f"gRPC {first['grpc_ms']:.2f} ms", _ratio(ms, first["grpc_ms"]))
+        )  # fmt: skip
 
 
 async def run_workers(suite: Suite) -> None:
@@ -639,7 +682,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         metavar="ITEM",
-        help="measure only these items (1-10; repeat or separate with commas); "
+        help="measure only these items (1-11; repeat or separate with commas); "
         "items 2, 3, 4 and 7 measure the floors too, for their ratios",
     )
     parser.add_argument(

@@ -14,9 +14,8 @@ from behest.errors import Unauthenticated
 def caller_of(authenticator: Authenticator, headers: Iterable[tuple[str, str]]) -> Caller:
     """The caller the request's headers name; Unauthenticated in plain words otherwise.
 
-    Under `[auth] mode = "mtls"` the HTTP listener sees no client certificate (uvicorn does
-    not hand it over): its doors take the bearer tokens of `[auth.tokens]` and JWTs instead.
-    """
+    (`[auth] mode = "mtls"` refuses `http_listen` at start: the HTTP listener asks for no
+    client certificates, so client certificates are the gRPC port's alone.)"""
     metadata = [(name.lower(), value) for name, value in headers if name.lower() == "authorization"]
     try:
         return authenticator.from_metadata(metadata)
