@@ -176,7 +176,7 @@ BAD_BODIES = {
     "not JSON's content type": (
         json.dumps(create_body("x")).encode(),
         "text/plain",
-        400,
+        415,
         "invalid_argument",
         "Content-Type: application/json",
     ),

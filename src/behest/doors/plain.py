@@ -27,14 +27,26 @@ from behest.doors.connect import DoorAbort, DoorContext, JsonCodec, connect_erro
 from behest.errors import BehestError
 
 SSE_MEDIA_TYPE = "text/event-stream"
+JSON_TYPE = "application/json"
 # Answers of a door's stream carry these: no caching, no proxy buffering.
 SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 _JSON = JsonCodec()
 
 
+class UnsupportedMediaType(ConnectError):
+    """A body in a content type the door does not read: HTTP 415, as the Connect door answers
+    one (with Accept-Post), and a JSON error body that says what to send."""
+
+    def __init__(self) -> None:
+        message = "the request body must be JSON: send Content-Type: application/json"
+        super().__init__(Code.INVALID_ARGUMENT, message)
+
+
 def error_response(error: ConnectError) -> Response:
     """A refusal as Connect's JSON error body, with the HTTP status Connect gives its code."""
     wire = ConnectWireError(error.code, error.message, ())
+    if isinstance(error, UnsupportedMediaType):
+        return JSONResponse(wire.to_dict(), status_code=415, headers={"accept-post": JSON_TYPE})
     return JSONResponse(wire.to_dict(), status_code=wire.to_http_status().code)
 
 
@@ -45,9 +57,8 @@ async def read_message(request: Request, message_class: Any, max_bytes: int) -> 
     without a CORS preflight (which only configured origins pass), whereas an HTML form can
     post text/plain anywhere."""
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media_type != "application/json":
-        message = "the request body must be JSON: send Content-Type: application/json"
-        raise ConnectError(Code.INVALID_ARGUMENT, message)
+    if media_type != JSON_TYPE:
+        raise UnsupportedMediaType
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
