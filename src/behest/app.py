@@ -99,6 +99,7 @@ class App:
             reconciler_role=settings.auth.reconciler_role,
             workers=self.workers,
             worker_role=settings.auth.worker_role,
+            stream_ticket_ttl_s=settings.stream_ticket_ttl_s,
         )
         self._edges(settings)
         self.retention = Retention(
@@ -156,7 +157,7 @@ class App:
                 auth=settings.auth,
                 tls=settings.tls,
                 open_streams=self.admission.open_streams,
-                front=doors_front(self.server.services, settings),
+                front=doors_front(self.server.services, settings, self.runs),
             )
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:

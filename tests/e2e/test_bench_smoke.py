@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}
+ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}
 POSTGRES = any(os.environ.get(k) for k in ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL"))
 
 

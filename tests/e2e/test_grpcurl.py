@@ -40,6 +40,8 @@ from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as run_grpc
+from behest.domain.callers import Caller
+from behest.errors import Unauthenticated
 from tests.certs import CertificateAuthority, Pem
 from tests.e2e.test_outcome_unknown import cut_unsafe_call, until_unknown
 from tests.support import (
@@ -85,6 +87,7 @@ RUN_RPCS = (
     "SubmitToolResults",
     "ListPendingCalls",
     "ListRunEvents",
+    "CreateStreamTicket",
 )
 # CreateRun fields that make a run wait (or, response_format, want a structured answer;
 # reasoning, a reasoning model's setting; content, images and files), which name their
@@ -1270,6 +1273,33 @@ async def test_a_wrong_token_is_unauthenticated_and_not_repeated(recipes: Recipe
         pb.ListRunsRequest(), metadata=bearer(recipes, "alice")
     )
     assert list(listed.runs) == []  # the refused CreateRunStream made nothing
+
+
+@runs("tls token agent.v1.RunService/CreateStreamTicket")
+async def test_a_stream_ticket_stands_for_its_minter_on_that_run_only(recipes: Recipes) -> None:
+    key = "tls token agent.v1.RunService/CreateStreamTicket"
+    await recipes.tls.get("tls")
+    stub = secure_stub(recipes, "tls")
+    created = await stub.CreateRun(
+        create_request(unique("ticketed")), metadata=bearer(recipes, "alice")
+    )
+
+    minted = await recipes.run(key, run_id=created.run_id)
+    assert minted.code == 0, minted.stderr
+    body = minted.json()
+    ticket, expires = field(body, "ticket"), field(body, "expires_at")
+    assert re.fullmatch(r"bst_[A-Za-z0-9_-]{43}", ticket), body
+    left = datetime.fromisoformat(expires) - datetime.now(UTC)
+    assert 290 < left.total_seconds() <= 300
+    runs = recipes.tls.running["tls"].app.runs
+    assert await runs.ticket_caller(ticket, created.run_id) == Caller("alice", "acme")
+    with pytest.raises(Unauthenticated):
+        await runs.ticket_caller(ticket, str(uuid.uuid4()))
+
+    # Another tenant's run is answered as one that does not exist.
+    theirs = await recipes.run(key, run_id=created.run_id, token=recipes.tls.tokens["bob"][1])
+    assert theirs.code == EXIT_NOT_FOUND, theirs.stderr
+    assert theirs.error()[0] == "NotFound"
 
 
 @runs("mtls agent.v1.RunService/ListRuns")

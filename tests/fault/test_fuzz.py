@@ -2,7 +2,7 @@
 SnapshotService, UsageService, SessionService, ToolService and ProviderService, through a real
 server on 127.0.0.1:0 and real grpc.aio clients.
 
-The tests: raw bytes to each of the 24 RPCs; CreateRun/CreateRunStream with up to three
+The tests: raw bytes to each of the 25 RPCs; CreateRun/CreateRunStream with up to three
 adversarial fields; the `script` model with adversarial scripts; GetRun, GetRunOutput,
 CancelRun, WatchRunEvents and ListRuns with adversarial ids, cursors, filters and pages;
 CompactionService and SnapshotService; deep JSON and absurd numbers where clients put JSON.
@@ -222,6 +222,14 @@ RPCS = {
             "ListRunEvents",
             pb.ListRunEventsRequest,
             pb.ListRunEventsResponse,
+            False,
+            _codes(IA, NF),
+        ),
+        Rpc(
+            "RunService",
+            "CreateStreamTicket",
+            pb.CreateStreamTicketRequest,
+            pb.CreateStreamTicketResponse,
             False,
             _codes(IA, NF),
         ),
@@ -820,7 +828,7 @@ def watches_busy(world: World, rpc: Rpc, payload: bytes) -> bool:
 @settings(FUZZ, max_examples=examples(260))
 @given(rpc=st.sampled_from(sorted(RPCS)), spec=fs.raw_bytes())
 async def test_raw_bytes_to_every_rpc(world: World, rpc: str, spec: fs.RawSpec) -> None:
-    """Arbitrary bytes as the request body of each of the 24 RPCs."""
+    """Arbitrary bytes as the request body of each of the 25 RPCs."""
     payload = spec.build(valid_requests(world, RPCS[rpc]))
     await world.exchange(RPCS[rpc], payload, live=watches_busy(world, RPCS[rpc], payload))
 

@@ -9,12 +9,14 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from behest.domain.callers import Caller
 from behest.domain.executions import ExecutionStatus, ToolExecution, Transition
 from behest.domain.messages import Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.waits import PendingCall, WaitKind
 from behest.domain.workers import Task
 from behest.errors import FailedPrecondition, NotFound, quote
+from behest.runs.tickets import StreamTickets
 from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
 from behest.store.writes import (
@@ -54,6 +56,7 @@ OWNED = {
     "tool_executions",
     "tool_execution_transitions",
     "worker_tasks",
+    "stream_tickets",
 }
 
 
@@ -116,8 +119,9 @@ async def full_run(
     session_id: str | None = None,
     status: RunStatus | None = RunStatus.COMPLETED,
 ) -> Run:
-    """A run with rows in every table: its key, events, messages, snapshot and a pending
-    call; ended in `status` (terminal), waiting (WAITING_FOR_INPUT), or running (None)."""
+    """A run with rows in every table: its key, events, messages, snapshot, a pending call
+    and a stream ticket; ended in `status` (terminal), waiting (WAITING_FOR_INPUT), or
+    running (None)."""
     req = request(session_id=session_id, client_request_id=new_id())
     run = await create(store, req, owner="node-a", lease_until=at(60), first_step=real_first_step)
     position = max(m.position for m in await store.session_messages(run.session_id)) + 1
@@ -131,6 +135,7 @@ async def full_run(
             EnqueueTask(task(run)),
         ]
     )
+    await StreamTickets(store, ttl_s=600).mint(Caller("alice", run.tenant), run.id)
     if status == RunStatus.WAITING_FOR_INPUT:
         await store.apply([update(run.id, status), ReleaseRun(run.id)])
     elif status is not None:

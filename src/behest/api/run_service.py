@@ -120,3 +120,12 @@ class RunServicer:
         return pb.ListRunEventsResponse(
             events=[convert.event(e) for e in events], last_sequence=last, more=more
         )
+
+    async def CreateStreamTicket(
+        self, request: pb.CreateStreamTicketRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateStreamTicketResponse:
+        run_id = uuid_field(request.run_id, "run_id")
+        minted = await self._runs.stream_ticket(current_caller(), run_id)
+        return pb.CreateStreamTicketResponse(
+            ticket=minted.ticket, expires_at=convert.timestamp(minted.expires_at)
+        )

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     http_cors_origins: list[Annotated[str, Field(pattern=r"^https?://[^/\s]+$")]] = Field(
         default_factory=list, max_length=100
     )
+    # Server-sent events on the HTTP listener (docs/HTTP.md): a comment goes out after each
+    # quiet spell this long, so proxies keep the connection and a dead one is noticed; a stream
+    # ticket (CreateStreamTicket) opens its run's stream for this long.
+    sse_heartbeat_s: float = Field(default=15.0, gt=0, le=3600)
+    stream_ticket_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
     # Runs executing at once in this process; more → RESOURCE_EXHAUSTED. Per tenant too,
     # unless [tenants.NAME] sets less (so for every limit below that says "per tenant").
     max_concurrent_runs: int = Field(default=256, ge=1)

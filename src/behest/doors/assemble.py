@@ -14,17 +14,19 @@ from behest.config import Settings
 from behest.doors.agui import AguiDoor
 from behest.doors.connect import ConnectDoor
 from behest.doors.front import Front
+from behest.doors.sse import ServerSentEvents
+from behest.runs.operations import Operations
 
 
 def doors_front(
-    services: Mapping[str, list[GuardedMethod]], settings: Settings
+    services: Mapping[str, list[GuardedMethod]], settings: Settings, runs: Operations
 ) -> Callable[[ASGIApp], ASGIApp]:
     """What puts the doors in front of the inspector's app."""
     authenticator = Authenticator(settings.auth, settings.tls)
     max_body = settings.max_receive_message_bytes
     connect = ConnectDoor(services, authenticator, read_max_bytes=max_body)
     # The plain-HTTP doors' routes (server-sent events, AG-UI) join here.
-    routes: list[BaseRoute] = []
+    routes: list[BaseRoute] = [*ServerSentEvents.of(services, authenticator, runs, settings).routes]
     routes += AguiDoor(services, authenticator, max_body_bytes=max_body).routes()
 
     def front(inspector: ASGIApp) -> ASGIApp:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -55,7 +57,7 @@ class Front:
         self._inspector = inspector
         self._connect = connect
         self._plain = Router(routes=list(routes))
-        self._doors = CORSMiddleware(
+        self._doors = _Cors(
             self._door,
             allow_origins=list(cors_origins),
             allow_methods=["GET", "POST"],
@@ -76,3 +78,19 @@ class Front:
             await self._connect(scope, receive, send)
         else:
             await self._plain(scope, receive, send)
+
+
+class _Cors(CORSMiddleware):
+    """Starlette's CORS, except that a request from an origin that is not allowed gets no CORS
+    header at all (Starlette's gives it Access-Control-Expose-Headers, and a refused preflight
+    its Allow-Methods and Allow-Headers): such a page learns nothing of what the doors allow."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is None or self.is_allowed_origin(origin):
+            await super().__call__(scope, receive, send)
+        elif scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            await PlainTextResponse("Disallowed CORS origin", status_code=400)(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

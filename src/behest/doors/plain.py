@@ -10,7 +10,6 @@ protocol writes a unary error (`{"code": "not_found", "message": "…"}`, HTTP 4
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -22,31 +21,53 @@ from starlette.responses import JSONResponse, Response
 
 from behest.api.auth import act_as
 from behest.api.handlers import GuardedMethod
+from behest.api.status import status_of
 from behest.domain.callers import Caller
 from behest.doors.connect import DoorAbort, DoorContext, JsonCodec, connect_error
+from behest.errors import BehestError
 
 SSE_MEDIA_TYPE = "text/event-stream"
+JSON_TYPE = "application/json"
 # Answers of a door's stream carry these: no caching, no proxy buffering.
 SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 _JSON = JsonCodec()
 
 
+class UnsupportedMediaType(ConnectError):
+    """A body in a content type the door does not read: HTTP 415, as the Connect door answers
+    one (with Accept-Post), and a JSON error body that says what to send."""
+
+    def __init__(self) -> None:
+        message = "the request body must be JSON: send Content-Type: application/json"
+        super().__init__(Code.INVALID_ARGUMENT, message)
+
+
 def error_response(error: ConnectError) -> Response:
     """A refusal as Connect's JSON error body, with the HTTP status Connect gives its code."""
     wire = ConnectWireError(error.code, error.message, ())
+    if isinstance(error, UnsupportedMediaType):
+        return JSONResponse(wire.to_dict(), status_code=415, headers={"accept-post": JSON_TYPE})
     return JSONResponse(wire.to_dict(), status_code=wire.to_http_status().code)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The request's body, read up to `max_bytes` (then refused); an empty one is refused."""
+    """The request's JSON body, read up to `max_bytes` (then refused); an empty one is refused.
+
+    Only `Content-Type: application/json` is read: a page of another origin cannot send that
+    without a CORS preflight (which only configured origins pass), whereas an HTML form can
+    post text/plain anywhere."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != JSON_TYPE:
+        raise UnsupportedMediaType
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
     body = bytearray()
     try:
         async for chunk in request.stream():
             body += chunk
             if len(body) > max_bytes:
-                raise ConnectError(
-                    Code.RESOURCE_EXHAUSTED, f"the request body is over {max_bytes} bytes"
-                )
+                raise _too_large(max_bytes)
     except ClientDisconnect:
         raise ConnectError(Code.CANCELED, "the client went away") from None
     if not body.strip():
@@ -57,6 +78,16 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 async def read_message(request: Request, message_class: Any, max_bytes: int) -> Any:
     """The request's JSON body as `message_class`, read up to `max_bytes` (then refused)."""
     return _JSON.decode(await read_body(request, max_bytes), message_class)
+
+
+def _too_large(max_bytes: int) -> ConnectError:
+    return ConnectError(Code.RESOURCE_EXHAUSTED, f"the request body is over {max_bytes} bytes")
+
+
+def refusal(error: BehestError) -> ConnectError:
+    """A domain error raised outside a guarded method (a door's own check of its caller), by
+    the same table (api/status.py)."""
+    return connect_error(status_of(error), str(error))
 
 
 def encode_json(message: Any) -> str:
@@ -75,25 +106,32 @@ async def call_unary(
         raise connect_error(abort.code, abort.message) from None
 
 
-async def call_stream(
+def call_stream(
     method: GuardedMethod, request: Any, caller: Caller, headers: Iterable[tuple[str, str]]
 ) -> AsyncIterator[Any]:
-    """One guarded server-streaming method for `caller`; a refusal raises ConnectError."""
+    """One guarded server-streaming method for `caller`; a refusal raises ConnectError.
+
+    The caller is set at once, in the calling task, so that every task the stream is read in
+    later (with_heartbeats' reader) starts with it."""
     act_as(caller)
-    stream = method.handler(request, DoorContext(headers))
+    return _guarded_items(method.handler(request, DoorContext(headers)))
+
+
+async def _guarded_items(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
     try:
         async for item in stream:
             yield item
     except DoorAbort as abort:
         raise connect_error(abort.code, abort.message) from None
     finally:
-        await stream.aclose()
+        await _close(stream)
 
 
 async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
     """The stream's first item (a refusal raises here, while an HTTP status can still say
     so) and the stream, that item first, for the response's body; closing that closes the
-    stream (and so the guarded call, its stream slot with it)."""
+    stream (and so the guarded call, its stream slot with it). StopAsyncIteration: the
+    stream ended without an item."""
     first = await anext(stream)
 
     async def rest() -> AsyncIterator[Any]:
@@ -107,35 +145,60 @@ async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator
     return first, rest()
 
 
+_END = object()
+
+
+async def with_heartbeats(
+    stream: AsyncIterator[Any], every_s: float, *, first_s: float | None = None
+) -> AsyncIterator[Any]:
+    """The stream's items, and None each time it has been quiet for `every_s` seconds (the
+    first time after `first_s`, when given); its error, if it fails, after its items.
+
+    One task of its own reads the stream, at most one item ahead, so the stream runs in one
+    task from start to end (its context variables and cancel scopes stay its own) and a
+    heartbeat never cuts into a read. Closing this closes the stream."""
+    items: asyncio.Queue[tuple[Any, BaseException | None]] = asyncio.Queue(maxsize=1)
+
+    async def read() -> None:
+        try:
+            async for item in stream:
+                await items.put((item, None))
+            await items.put((_END, None))
+        except Exception as exc:  # handed over, raised by the reader of the items
+            await items.put((_END, exc))
+        finally:
+            await _close(stream)
+
+    reader = asyncio.create_task(read())
+    taking: asyncio.Task[tuple[Any, BaseException | None]] | None = None
+    quiet_s = every_s if first_s is None else first_s
+    try:
+        while True:
+            if taking is None:
+                taking = asyncio.create_task(items.get())
+            done, _ = await asyncio.wait({taking}, timeout=quiet_s)
+            quiet_s = every_s
+            if not done:
+                yield None
+                continue
+            (item, error), taking = taking.result(), None
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            yield item
+    finally:
+        for task in (taking, reader):
+            if task is not None:
+                task.cancel()
+        # The reader closes the stream as it ends; wait for that unless cancelled meanwhile.
+        await asyncio.wait({reader})
+
+
 async def _close(stream: AsyncIterator[Any]) -> None:
     close = getattr(stream, "aclose", None)
     if close is not None:
         await close()
-
-
-async def with_heartbeats(stream: AsyncIterator[Any], every_s: float) -> AsyncIterator[Any]:
-    """The stream's items, and None each time it has been quiet for `every_s` seconds."""
-    pending: asyncio.Task[Any] | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(stream))
-            done, _ = await asyncio.wait({pending}, timeout=every_s)
-            if not done:
-                yield None
-                continue
-            task, pending = pending, None
-            try:
-                item = task.result()
-            except StopAsyncIteration:
-                return
-            yield item
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        await _close(stream)
 
 
 def sse_event(data: str, *, event_id: int | None = None, event: str = "") -> bytes:

@@ -23,6 +23,7 @@ from behest.domain.runs import Cancel, CreatedRun, Run, RunFilter, RunOutput, Ru
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, TokenUsage, UsageReport
+from behest.domain.tickets import MintedTicket
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, quote
 from behest.events.log import EventLog
@@ -32,6 +33,7 @@ from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
 from behest.runs.sub_runs import SPAWN_TOOL
+from behest.runs.tickets import StreamTickets
 from behest.runs.tool_operations import ToolOperations
 from behest.runs.worker_hub import WorkerHub
 from behest.store.base import Store
@@ -62,8 +64,10 @@ class Operations(ToolOperations):
         reconciler_role: str = "",
         workers: WorkerHub | None = None,
         worker_role: str = "",
+        stream_ticket_ttl_s: float = 300.0,
     ) -> None:
         self._store = store
+        self._tickets = StreamTickets(store, ttl_s=stream_ticket_ttl_s)
         self._approver_role = approver_role
         self._reconciler_role = reconciler_role
         self._workers = workers
@@ -133,6 +137,15 @@ class Operations(ToolOperations):
             await self.get(caller, run_id)
         async for event in follow(self._store, self._log, run_id, after=after):
             yield event
+
+    async def stream_ticket(self, caller: Caller, run_id: str) -> MintedTicket:
+        """A ticket to watch the caller's run over server-sent events (runs/tickets.py)."""
+        await self.get(caller, run_id)
+        return await self._tickets.mint(caller, run_id)
+
+    async def ticket_caller(self, ticket: str, run_id: str) -> Caller:
+        """Whom a stream ticket presented for `run_id` stands for; Unauthenticated if none."""
+        return await self._tickets.caller(ticket, run_id)
 
     async def get(self, caller: Caller, run_id: str) -> Run:
         run = await self._store.get_run(run_id)

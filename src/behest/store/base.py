@@ -15,6 +15,7 @@ from behest.domain.runs import Cancel, Run, RunFilter
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
+from behest.domain.tickets import StreamTicket
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.domain.workers import ResultRefused, Task, TaskResult, TaskState, WorkerRecord
 from behest.errors import StorageFault
@@ -330,4 +331,12 @@ class Store(Protocol):
     ) -> CircuitBreakerState:
         """Count a compaction's outcome across the tenant's runs; its breaker opens at
         `threshold` consecutive failures and closes on a success. Returns the new state."""
+        ...
+
+    async def add_stream_ticket(self, ticket: StreamTicket, *, now: datetime) -> None:
+        """Store a stream ticket (by its digest); tickets expired by `now` are deleted."""
+        ...
+
+    async def stream_ticket(self, digest: str) -> StreamTicket | None:
+        """The stored ticket of this digest, expired or not; None if there is none."""
         ...

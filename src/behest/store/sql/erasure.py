@@ -1,9 +1,9 @@
 """Retention and erasure: a session deleted with everything of it; finished runs pruned.
 
 Everything of a run goes with it, in the same transaction: its events, snapshot, pending
-calls, idempotency keys and messages. A session goes when it is deleted (`delete_session`,
-only while no run is active on it; the sessions of its runs' sub-agent runs go with it) or
-when pruning left it with no runs and no messages.
+calls, idempotency keys, stream tickets and messages. A session goes when it is deleted
+(`delete_session`, only while no run is active on it; the sessions of its runs' sub-agent
+runs go with it) or when pruning left it with no runs and no messages.
 
 Pruning keeps every run that is not finished (a WAITING_FOR_INPUT run is not), and also the
 finished runs of a session a run is still active on: a waiting or interrupted run reads the
@@ -137,6 +137,8 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         tasks = tt.worker_tasks
         conn.execute(sa.delete(tasks).where(tasks.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
+        tickets = t.stream_tickets
+        conn.execute(sa.delete(tickets).where(tickets.c.run_id.in_(chunk)))
         _delete_messages(conn, t.messages.c.run_id.in_(chunk))
         deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)
     return deleted

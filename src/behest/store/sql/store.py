@@ -39,6 +39,7 @@ from behest.store.sql.creation import fresh_statement, get_run, is_fresh
 from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.executions import ToolExecutionsInSql
 from behest.store.sql.faults import fault_of
+from behest.store.sql.tickets import StreamTicketsInSql
 from behest.store.sql.workers import WorkersInSql
 from behest.store.sql.writes import apply_writes
 from behest.store.writes import BatchResult, NewRun, Write
@@ -49,7 +50,7 @@ SMALL_BATCH_ROWS = 16
 CREATION_ROWS = 5
 
 
-class SqlStore(ToolExecutionsInSql, WorkersInSql):
+class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql):
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
     def __init__(

@@ -2169,6 +2169,57 @@ class ListRunEventsResponse(_message.Message):
 Global___ListRunEventsResponse: _TypeAlias = ListRunEventsResponse  # noqa: Y015
 
 @_typing.final
+class CreateStreamTicketRequest(_message.Message):
+    """Added in behest 0.10: a stream ticket for one of the caller's runs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateStreamTicketRequest: _TypeAlias = CreateStreamTicketRequest  # noqa: Y015
+
+@_typing.final
+class CreateStreamTicketResponse(_message.Message):
+    """Added in behest 0.10. A ticket lets `GET /v1/runs/{run_id}/events?ticket=...` (the HTTP
+    listener's server-sent events, docs/HTTP.md) watch this one run as the caller that minted
+    it, without the caller's token in the URL: for a browser's EventSource, which cannot send
+    an Authorization header. It may be used again (EventSource reconnects) until it expires;
+    the server keeps only its SHA-256.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    ticket: _builtins.str
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        ticket: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "ticket", b"ticket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateStreamTicketResponse: _TypeAlias = CreateStreamTicketResponse  # noqa: Y015
+
+@_typing.final
 class GetCompactionConfigRequest(_message.Message):
     """--- Compaction service ---"""
 

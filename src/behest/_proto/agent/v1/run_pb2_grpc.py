@@ -90,6 +90,11 @@ class RunServiceStub:
                 request_serializer=agent_dot_v1_dot_run__pb2.ListRunEventsRequest.SerializeToString,
                 response_deserializer=agent_dot_v1_dot_run__pb2.ListRunEventsResponse.FromString,
                 _registered_method=True)
+        self.CreateStreamTicket = channel.unary_unary(
+                '/agent.v1.RunService/CreateStreamTicket',
+                request_serializer=agent_dot_v1_dot_run__pb2.CreateStreamTicketRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.CreateStreamTicketResponse.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -177,6 +182,14 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateStreamTicket(self, request, context):
+        """Added in behest 0.10. A short-lived ticket to watch one of the caller's runs over
+        server-sent events (docs/HTTP.md); another tenant's run is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +247,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.ListRunEvents,
                     request_deserializer=agent_dot_v1_dot_run__pb2.ListRunEventsRequest.FromString,
                     response_serializer=agent_dot_v1_dot_run__pb2.ListRunEventsResponse.SerializeToString,
+            ),
+            'CreateStreamTicket': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateStreamTicket,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.CreateStreamTicketRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.CreateStreamTicketResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -534,6 +552,33 @@ class RunService:
             '/agent.v1.RunService/ListRunEvents',
             agent_dot_v1_dot_run__pb2.ListRunEventsRequest.SerializeToString,
             agent_dot_v1_dot_run__pb2.ListRunEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateStreamTicket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.RunService/CreateStreamTicket',
+            agent_dot_v1_dot_run__pb2.CreateStreamTicketRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.CreateStreamTicketResponse.FromString,
             options,
             channel_credentials,
             insecure,

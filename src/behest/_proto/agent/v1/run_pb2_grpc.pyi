@@ -62,6 +62,10 @@ class RunServiceStub:
     """Added in behest 0.6. The run's calls that wait for an answer now."""
     ListRunEvents: _grpc.UnaryUnaryMultiCallable[_run_pb2.ListRunEventsRequest, _run_pb2.ListRunEventsResponse]
     """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live."""
+    CreateStreamTicket: _grpc.UnaryUnaryMultiCallable[_run_pb2.CreateStreamTicketRequest, _run_pb2.CreateStreamTicketResponse]
+    """Added in behest 0.10. A short-lived ticket to watch one of the caller's runs over
+    server-sent events (docs/HTTP.md); another tenant's run is NOT_FOUND.
+    """
 
 @_typing.type_check_only
 class RunServiceAsyncStub(RunServiceStub):
@@ -97,6 +101,10 @@ class RunServiceAsyncStub(RunServiceStub):
     """Added in behest 0.6. The run's calls that wait for an answer now."""
     ListRunEvents: _aio.UnaryUnaryMultiCallable[_run_pb2.ListRunEventsRequest, _run_pb2.ListRunEventsResponse]  # type: ignore[assignment]
     """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live."""
+    CreateStreamTicket: _aio.UnaryUnaryMultiCallable[_run_pb2.CreateStreamTicketRequest, _run_pb2.CreateStreamTicketResponse]  # type: ignore[assignment]
+    """Added in behest 0.10. A short-lived ticket to watch one of the caller's runs over
+    server-sent events (docs/HTTP.md); another tenant's run is NOT_FOUND.
+    """
 
 class RunServiceServicer(metaclass=_abc_1.ABCMeta):
     """Creates, observes and cancels agent runs."""
@@ -195,6 +203,16 @@ class RunServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_run_pb2.ListRunEventsResponse, _abc.Awaitable[_run_pb2.ListRunEventsResponse]]:
         """Added in behest 0.6. One page of a run's stored events (exports, fast replay); not live."""
+
+    @_abc_1.abstractmethod
+    def CreateStreamTicket(
+        self,
+        request: _run_pb2.CreateStreamTicketRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.CreateStreamTicketResponse, _abc.Awaitable[_run_pb2.CreateStreamTicketResponse]]:
+        """Added in behest 0.10. A short-lived ticket to watch one of the caller's runs over
+        server-sent events (docs/HTTP.md); another tenant's run is NOT_FOUND.
+        """
 
 def add_RunServiceServicer_to_server(servicer: RunServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
