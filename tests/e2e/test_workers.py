@@ -203,7 +203,10 @@ async def test_a_vanished_workers_unsafe_call_waits_for_a_reconciliation(tmp_pat
 async def test_two_workers_share_a_hundred_tasks_and_another_tenants_worker_gets_none(
     tmp_path: Path,
 ) -> None:
-    server = await start_server(fast(tmp_path).with_tables(AUTH, source="tests"))
+    # Leases of 6 s: a hundred runs at once on two cores can stall the loop past fast()'s
+    # 0.6 s, and a lapsed lease sends an idempotent call to the other worker as a retry.
+    settings = fast_settings(tmp_path, worker_heartbeat_s=2.0, worker_poll_s=0.05)
+    server = await start_server(settings.with_tables(AUTH, source="tests"))
     acme = [RawWorker(server.channel, name=n, max_tasks=4, metadata=bearer(ALICE)) for n in "ab"]
     globex = RawWorker(server.channel, name="g", max_tasks=4, metadata=bearer(BOB))
     served: dict[str, int] = {"a": 0, "b": 0}
