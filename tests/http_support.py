@@ -1,12 +1,15 @@
-"""Test support for the HTTP doors: a loopback TCP proxy the test can cut (the server's side of
-a connection dropped mid-stream, as a restart or a balancer does), and a plain Connect client
-over real HTTP (httpx2): unary JSON POSTs, and server streams read envelope by envelope."""
+"""Test support for the HTTP doors: a loopback TCP proxy that drops connections (the server's
+side gone mid-stream, as a restart or a balancer does), passing bytes both ways and keeping
+what each connection sent, so a test watches a client come back without sleeping for
+anything; and a plain Connect client over real HTTP (httpx2): unary JSON POSTs, and server
+streams read envelope by envelope."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import re
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -16,49 +19,132 @@ import httpx2
 
 CONNECT_JSON = {"content-type": "application/json"}
 CONNECT_STREAM_JSON = {"content-type": "application/connect+json"}
+_ID_LINE = re.compile(rb"(?m)^id: ")
 
 
-class CutProxy:
-    """Forwards 127.0.0.1:port to a target; `cut()` closes every connection it carries."""
+@dataclass
+class Connection:
+    """One client connection through the proxy: what the client sent, what it was sent."""
 
-    def __init__(self, target_port: int) -> None:
-        self._target = target_port
-        self._writers: set[asyncio.StreamWriter] = set()
+    sent: bytearray = field(default_factory=bytearray)
+    received: bytearray = field(default_factory=bytearray)
+    dropped: bool = False
+
+
+class DroppingProxy:
+    """A TCP proxy to 127.0.0.1:`port` that drops connections when told to: `cut()` at once,
+    or `drop_after(n)` with the connection that carries the n-th server-sent event (`id:`
+    line) from then on."""
+
+    def __init__(self, port: int) -> None:
+        self._target = port
         self._server: asyncio.Server | None = None
-        self.port = 0
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._transports: list[asyncio.BaseTransport] = []
+        self._drop_after: int | None = None
+        self._since_armed = 0
+        self.connections: list[Connection] = []
+        self.drops = 0
+        self.dropped = asyncio.Event()
 
-    async def __aenter__(self) -> CutProxy:
-        self._server = await asyncio.start_server(self._carry, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def drop_after(self, events: int) -> None:
+        """Abort the connection that carries the `events`-th event from now on (once)."""
+        self._drop_after, self._since_armed = events, 0
+        self.dropped.clear()
+
+    def cut(self) -> None:
+        """Abort every connection the proxy carries now (the server's side gone, mid-stream)."""
+        for transport in self._transports:
+            transport.abort()
+        self.drops += 1
+
+    def requests(self) -> bytes:
+        """Everything every client sent through the proxy."""
+        return b"".join(bytes(c.sent) for c in self.connections)
+
+    async def __aenter__(self) -> DroppingProxy:
+        self._server = await asyncio.start_server(self._accepted, "127.0.0.1", 0)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.cut()
         assert self._server is not None
         self._server.close()
+        for transport in self._transports:
+            transport.abort()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.wait(self._handlers)
         await self._server.wait_closed()
 
-    def cut(self) -> None:
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        connection = Connection()
+        self.connections.append(connection)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+            self._transports += [writer.transport, up_writer.transport]
+            try:
+                await self._pipe(reader, writer, up_reader, up_writer, connection)
+            finally:
+                up_writer.transport.abort()
+        finally:
+            if connection.dropped:
+                writer.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(OSError, asyncio.CancelledError):
+                    await writer.wait_closed()
+            self._handlers.discard(task)
 
-    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
-        self._writers |= {writer, up_writer}
-        await asyncio.gather(
-            _pump(reader, up_writer), _pump(up_reader, writer), return_exceptions=True
-        )
-        for w in (writer, up_writer):
-            w.transport.abort()
+    async def _pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        connection: Connection,
+    ) -> None:
+        async def upstream() -> None:
+            while data := await reader.read(65536):
+                connection.sent += data
+                up_writer.write(data)
+                await up_writer.drain()
+            with contextlib.suppress(OSError):
+                up_writer.write_eof()
 
+        async def downstream() -> None:
+            while data := await up_reader.read(65536):
+                connection.received += data
+                writer.write(data)
+                await writer.drain()
+                if self._drop_after is not None:
+                    self._since_armed += len(_ID_LINE.findall(data))
+                    if self._since_armed >= self._drop_after:
+                        self._drop_after = None
+                        connection.dropped = True
+                        self.drops += 1
+                        self.dropped.set()
+                        return
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        while chunk := await reader.read(65536):
-            writer.write(chunk)
-            await writer.drain()
-    writer.transport.abort()
+        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
 
 
 @dataclass

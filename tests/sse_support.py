@@ -1,19 +1,10 @@
 """Support for the server-sent events tests: a reader of `text/event-stream` over a real HTTP
-client (httpx2), and a TCP proxy that drops a connection from the server's side mid-stream.
-
-The proxy stands between a client (httpx2, or headless Chromium) and behest's HTTP listener,
-passing bytes both ways and keeping what each connection sent (so a test can see every
-request line and header a client sent). Armed with `drop_after(n)`, it aborts the connection
-that carries the n-th event (`id:` line) after arming: to the client the server went away,
-mid-run, and the test can watch it come back without sleeping for anything.
-"""
+client (httpx2), and a server with the HTTP doors (the proxy that drops connections mid-stream is
+tests/http_support.py's `DroppingProxy`)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +27,6 @@ WAITS_THEN_TALKS = script(
     {"text": "one two three four five six seven eight", "delay_ms": 20},
 )
 TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
-
-_ID_LINE = re.compile(rb"(?m)^id: ")
 
 
 @dataclass
@@ -125,123 +114,6 @@ async def _parse(response: httpx2.Response, stream: Stream, until: Any) -> None:
             stream.retry.append(value)
         else:
             fields.setdefault(name, []).append(value)
-
-
-@dataclass
-class Connection:
-    """One client connection through the proxy: what the client sent, what it was sent."""
-
-    sent: bytearray = field(default_factory=bytearray)
-    received: bytearray = field(default_factory=bytearray)
-    dropped: bool = False
-
-
-class DroppingProxy:
-    """A TCP proxy to 127.0.0.1:`port` that drops a connection when told to (see module doc)."""
-
-    def __init__(self, port: int) -> None:
-        self._target = port
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._transports: list[asyncio.BaseTransport] = []
-        self._drop_after: int | None = None
-        self._since_armed = 0
-        self.connections: list[Connection] = []
-        self.drops = 0
-        self.dropped = asyncio.Event()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def drop_after(self, events: int) -> None:
-        """Abort the connection that carries the `events`-th event from now on (once)."""
-        self._drop_after, self._since_armed = events, 0
-        self.dropped.clear()
-
-    def requests(self) -> bytes:
-        """Everything every client sent through the proxy."""
-        return b"".join(bytes(c.sent) for c in self.connections)
-
-    async def __aenter__(self) -> DroppingProxy:
-        self._server = await asyncio.start_server(self._accepted, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for transport in self._transports:
-            transport.abort()
-        for task in list(self._handlers):
-            task.cancel()
-        if self._handlers:
-            await asyncio.wait(self._handlers)
-        await self._server.wait_closed()
-
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        connection = Connection()
-        self.connections.append(connection)
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
-            self._transports += [writer.transport, up_writer.transport]
-            try:
-                await self._pipe(reader, writer, up_reader, up_writer, connection)
-            finally:
-                up_writer.transport.abort()
-        finally:
-            if connection.dropped:
-                writer.transport.abort()
-            else:
-                writer.close()
-                with contextlib.suppress(OSError, asyncio.CancelledError):
-                    await writer.wait_closed()
-            self._handlers.discard(task)
-
-    async def _pipe(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-        connection: Connection,
-    ) -> None:
-        async def upstream() -> None:
-            while data := await reader.read(65536):
-                connection.sent += data
-                up_writer.write(data)
-                await up_writer.drain()
-            with contextlib.suppress(OSError):
-                up_writer.write_eof()
-
-        async def downstream() -> None:
-            while data := await up_reader.read(65536):
-                connection.received += data
-                writer.write(data)
-                await writer.drain()
-                if self._drop_after is not None:
-                    self._since_armed += len(_ID_LINE.findall(data))
-                    if self._since_armed >= self._drop_after:
-                        self._drop_after = None
-                        connection.dropped = True
-                        self.drops += 1
-                        self.dropped.set()
-                        return
-
-        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
 
 
 # --- a server with the HTTP doors ------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.http_support import Connect, CutProxy
+from tests.http_support import Connect, DroppingProxy
 from tests.support import Server, start_server, stop_server
 from tests.web_support import ALICE, BOB, inspector_settings
 
@@ -144,7 +144,7 @@ async def test_a_stream_cut_by_the_server_resumes_with_no_gap_and_no_duplicate(
 ) -> None:
     alice = Connect(base(door), ALICE)
     words = " ".join(f"w{i}" for i in range(12))
-    async with CutProxy(door.app.web.port) as proxy:  # type: ignore[union-attr]
+    async with DroppingProxy(door.app.web.port) as proxy:  # type: ignore[union-attr]
 
         def cut_after_five(streamed: Any) -> bool:
             if len(streamed.messages) == 5:

@@ -16,11 +16,11 @@ import httpx2
 import pytest
 
 from behest._proto.agent.v1 import run_pb2 as pb
+from tests.http_support import DroppingProxy
 from tests.sse_support import (
     HEARTBEAT_S,
     TIMEOUT,
     WAITS_THEN_TALKS,
-    DroppingProxy,
     Stream,
     Web,
     approve,

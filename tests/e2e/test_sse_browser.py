@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from behest.domain.events import KINDS
+from tests.http_support import DroppingProxy
 from tests.sse_support import (
     TERMINAL,
     WAITS_THEN_TALKS,
-    DroppingProxy,
     Web,
     approve,
     sse_settings,
