@@ -56,7 +56,6 @@ from behest.doors.plain import (
 from behest.errors import BehestError, FailedPrecondition, InvalidArgument, NotFound
 
 PATH = "/ag-ui"
-HEARTBEAT_S = 15.0
 RECENT_RUNS = 20  # how far back a re-sent input's run is looked for among the session's
 WAITS = ("PENDING_CALL_KIND_APPROVAL", "PENDING_CALL_KIND_CLIENT_TOOL")
 
@@ -70,7 +69,7 @@ class AguiDoor:
         authenticator: Authenticator,
         *,
         max_body_bytes: int,
-        heartbeat_s: float = HEARTBEAT_S,
+        heartbeat_s: float,
     ) -> None:
         self._services = services
         self._auth = authenticator

@@ -27,7 +27,9 @@ def doors_front(
     connect = ConnectDoor(services, authenticator, read_max_bytes=max_body)
     # The plain-HTTP doors' routes (server-sent events, AG-UI) join here.
     routes: list[BaseRoute] = [*ServerSentEvents.of(services, authenticator, runs, settings).routes]
-    routes += AguiDoor(services, authenticator, max_body_bytes=max_body).routes()
+    heartbeat_s = settings.sse_heartbeat_s
+    agui = AguiDoor(services, authenticator, max_body_bytes=max_body, heartbeat_s=heartbeat_s)
+    routes += agui.routes()
 
     def front(inspector: ASGIApp) -> ASGIApp:
         return Front(inspector, connect, routes, cors_origins=settings.http_cors_origins)
