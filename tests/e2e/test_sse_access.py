@@ -299,3 +299,21 @@ async def test_a_stream_ticket_is_stored_as_its_sha256_only_and_never_logged(
             assert piece not in logged, f"ticket ({name}) in the log"
             for path, data in files.items():
                 assert piece not in data, f"ticket ({name}) in {path.name}"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_the_python_client_mints_a_ticket_that_opens_its_run(web: Web) -> None:
+    from behest.client import BehestClient, StreamTicket
+
+    run_id = await finished_run(web)
+    async with BehestClient(web.server.address, token=ALICE) as client:
+        ticket = await client.stream_ticket(run_id)
+    assert isinstance(ticket, StreamTicket) and ticket.ticket.startswith("bst_")
+    assert ticket.expires_at is not None and ticket.expires_at > datetime.now(UTC)
+    assert ticket.ticket not in repr(ticket)
+    url = f"{web.base}/v1/runs/{run_id}/events?ticket={ticket.ticket}"
+    async with httpx2.AsyncClient(timeout=TIMEOUT) as http:
+        stream = await read_stream(http, "GET", url)
+    assert stream.status == 200
+    assert [int(e.id) for e in stream.events] == list(range(1, len(stream.events) + 1))
+    assert stream.events[-1].event == "run_completed"

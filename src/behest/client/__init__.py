@@ -76,7 +76,7 @@ from behest.client._events import (
     UsageRecorded,
 )
 from behest.client._options import ClientToolSpec, RunOptions
-from behest.client._records import ExecutionTransition, Reconciled, ToolExecution
+from behest.client._records import ExecutionTransition, Reconciled, StreamTicket, ToolExecution
 from behest.client._types import (
     Budget,
     ContentPart,
@@ -170,6 +170,7 @@ __all__ = [
     "RunStarted",
     "RunStatus",
     "Session",
+    "StreamTicket",
     "SubRunFinished",
     "SubRunStarted",
     "TextDelta",

@@ -1,5 +1,5 @@
 """BehestClient's calls of ToolExecutionService: what ran for a run's tool calls, and the
-reconciliation of an execution whose outcome is unknown."""
+reconciliation of an execution whose outcome is unknown; and RunService's stream tickets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from behest.client import _wire
 from behest.client._enums import Verdict
-from behest.client._records import Reconciled, ToolExecution
+from behest.client._records import Reconciled, StreamTicket, ToolExecution
 
 
 class ToolExecutions:
@@ -53,3 +53,10 @@ class ToolExecutions:
         )
         response = await self._unary(self._s.executions.ReconcileToolExecution, request)
         return _wire.reconciled_of(response)
+
+    async def stream_ticket(self, run_id: str) -> StreamTicket:
+        """A ticket for a browser's EventSource to follow this run over server-sent events
+        (`?ticket=` on the HTTP listener) without the token in the URL; it expires soon
+        (`stream_ticket_ttl_s`)."""
+        request = _wire.run.CreateStreamTicketRequest(run_id=run_id)
+        return _wire.ticket_of(await self._unary(self._s.runs.CreateStreamTicket, request))

@@ -1,5 +1,5 @@
 """The client's types of tool executions (ToolExecutionService): an execution, its
-transitions, and what a reconciliation did."""
+transitions, and what a reconciliation did; and a stream ticket (RunService)."""
 
 from __future__ import annotations
 
@@ -53,3 +53,14 @@ class Reconciled:
 
     execution: ToolExecution
     waiting_call_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTicket:
+    """A short-lived ticket that opens one run's server-sent events without the token in the
+    URL (`GET /v1/runs/RUN_ID/events?ticket=…`, for a browser's EventSource; docs/HTTP.md).
+    A secret until it expires: hand it to the page that follows the run, and log it nowhere."""
+
+    ticket: str = field(repr=False)
+    expires_at: datetime | None = None
+    raw: Any = field(default=None, repr=False, compare=False, kw_only=True)

@@ -277,6 +277,10 @@ def pending_of(p: Any) -> _types.PendingCall:
     return _read(_types.PendingCall, p)
 
 
+def ticket_of(t: Any) -> _records.StreamTicket:
+    return _records.StreamTicket(t.ticket, _time(t.expires_at), raw=t)
+
+
 def execution_of(e: Any) -> _records.ToolExecution:
     return _read(_records.ToolExecution, e)
 
