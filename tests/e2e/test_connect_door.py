@@ -75,7 +75,8 @@ async def test_every_run_service_rpc_over_connect_json(door: Server) -> None:
 
     got = await alice.ok("RunService/GetRun", {"runId": run_id})
     assert got["run"]["status"] == "RUN_STATUS_COMPLETED"
-    listed = await alice.ok("RunService/ListRuns", {})
+    # By its session: on PostgreSQL the database is the test session's, shared with others.
+    listed = await alice.ok("RunService/ListRuns", {"sessionId": created["sessionId"]})
     assert [r["id"] for r in listed["runs"]] == [run_id]
     output = await alice.ok("RunService/GetRunOutput", {"runId": run_id})
     assert "hello over connect" in json.dumps(output)

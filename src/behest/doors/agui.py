@@ -27,7 +27,6 @@ from starlette.routing import BaseRoute, Route
 
 from behest.api.auth import Authenticator
 from behest.api.handlers import GuardedMethod
-from behest.api.status import status_of
 from behest.doors.agui_events import Translator
 from behest.doors.agui_history import RUNS, Calls, History
 from behest.doors.agui_input import (
@@ -43,7 +42,7 @@ from behest.doors.agui_input import (
 from behest.doors.agui_stream import Follow, Segment
 from behest.doors.agui_wire import enum_name
 from behest.doors.callers import caller_of
-from behest.doors.connect import connect_error
+from behest.doors.calls import refusal
 from behest.doors.plain import (
     SSE_HEADERS,
     SSE_HEARTBEAT,
@@ -87,7 +86,7 @@ class AguiDoor:
             after = last_event_id(request)
             follow, events = await self._begin(Calls(self._services, caller, headers), found, after)
         except BehestError as exc:
-            return error_response(connect_error(status_of(exc), str(exc)))
+            return error_response(refusal(exc))
         except ConnectError as exc:
             return error_response(exc)
         return StreamingResponse(

@@ -20,50 +20,30 @@ repair prompt, an answer the run's end cut): a MESSAGES_SNAPSHOT is due before t
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
-    ReasoningEndEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
-    StepFinishedEvent,
     StepStartedEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
     TokenUsage,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
     ToolCallResultEvent,
-    ToolCallStartEvent,
 )
 from google.protobuf import json_format
 
+from behest.doors.agui_model_call import ModelCall
 from behest.doors.agui_wire import PROTOCOL_VERSION, Usage, approval_interrupt, enum_name, text_of
 
 # Kinds with no AG-UI event of their own that are bookkeeping, not news.
 SILENT = frozenset({"context_built", "assistant_message_committed", "usage_recorded"})
 REQUESTS = frozenset({"approval_requested", "client_tool_requested"})
-
-
-@dataclass(slots=True)
-class _Call:
-    """A tool call the model is streaming: its name, the argument text sent so far."""
-
-    name: str
-    args: str = ""
-    open: bool = True
 
 
 @dataclass(slots=True)
@@ -73,18 +53,6 @@ class _Request:
     approval: bool
     call: Any  # agent.v1.ToolCall
     expires_at: str
-
-
-@dataclass(slots=True)
-class _ModelCall:
-    """What the current model call has open."""
-
-    message: str = ""
-    step: str = ""
-    text: bool = False
-    reasoning: str = ""
-    reasonings: int = 0
-    calls: dict[str, _Call] = field(default_factory=dict)
 
 
 class Translator:
@@ -97,9 +65,8 @@ class Translator:
         self.stale = False
         self._behest_run = ""
         self._session = ""
-        self._model = _ModelCall()
+        self._model = ModelCall()
         self._iterations: set[int] = set()
-        self._uncommitted = False  # text or tool calls streamed since the last commit
         self._client_calls: set[str] = set()
         self._requests: dict[str, _Request] = {}  # asked, until their resolution events
         self._usage: dict[tuple[str, str], Usage] = {}
@@ -116,7 +83,7 @@ class Translator:
 
     def pause(self, waiting: Collection[str]) -> list[BaseEvent]:
         """End the AG-UI run at a pause: the calls `waiting` wait for answers."""
-        closing = self._close_model_call()
+        closing = self._model.close()
         requests = [r for call_id, r in self._requests.items() if call_id in waiting]
         approvals = [r for r in requests if r.approval]
         outcome: Any
@@ -157,18 +124,18 @@ class Translator:
             case "model_started":
                 return self._model_started(event, payload)
             case "reasoning_delta":
-                return self._reasoning(payload.delta)
+                return self._model.reasoning(payload.delta)
             case "text_delta":
-                return self._text(payload.delta)
+                return self._model.text(payload.delta)
             case "tool_call_started":
-                return self._tool_started(payload.call_id, payload.tool_name)
+                return self._model.tool_started(payload.call_id, payload.tool_name)
             case "tool_call_delta":
-                return self._tool_args(payload.call_id, payload.delta)
+                return self._model.tool_args(payload.call_id, payload.delta)
             case "tool_call_completed":
-                return self._tool_completed(payload.call)
+                return self._model.tool_completed(payload.call)
             case "assistant_message_committed":
-                self._uncommitted = False
-                return self._close_model_call()
+                self._model.streamed = False
+                return self._model.close()
             case "usage_recorded":
                 self._add_usage(payload.usage)
                 return []
@@ -181,12 +148,12 @@ class Translator:
                 self.stale = True  # a repair prompt joins the session, not the client's view
                 return [self._custom(kind, payload)]
             case "run_completed":
-                return [*self._close_model_call(), self._finished(RunFinishedSuccessOutcome())]
+                return [*self._model.close(), self._finished(RunFinishedSuccessOutcome())]
             case "run_failed":
-                return [*self._close_model_call(), self._failed(payload)]
+                return [*self._model.close(), self._failed(payload)]
             case "run_cancelled":
                 outcome = RunFinishedCancelledOutcome()
-                return [*self._close_model_call(), self._finished(outcome)]
+                return [*self._model.close(), self._finished(outcome)]
             case _ if kind in SILENT:
                 return []
             case _:
@@ -196,76 +163,20 @@ class Translator:
 
     def _begin(self, event: Any, payload: Any) -> list[BaseEvent]:
         self._behest_run, self._session = event.run_id, payload.session_id
+        self._model = ModelCall(f"{event.run_id}:0")
         self._provider = (payload.provider, payload.model)
         self.open, self.stale = True, False
         return [self._run_started()]
 
     def _model_started(self, event: Any, payload: Any) -> list[BaseEvent]:
-        closing = self._close_model_call()
-        if payload.iteration in self._iterations and self._uncommitted:
+        closing = self._model.close()
+        if payload.iteration in self._iterations and self._model.streamed:
             self.stale = True  # a repeated call: what the last attempt streamed is void
         self._iterations.add(payload.iteration)
-        self._uncommitted = False
         self._provider = (payload.provider, payload.model)
         step = f"model call {payload.iteration}"
-        self._model = _ModelCall(message=f"{event.run_id}:{event.sequence}", step=step)
+        self._model = ModelCall(f"{event.run_id}:{event.sequence}", step)
         return [*closing, StepStartedEvent(step_name=step)]
-
-    def _text(self, delta: str) -> list[BaseEvent]:
-        if not delta:
-            return []
-        model = self._model
-        out = self._close_reasoning()
-        if not model.text:
-            model.text = True
-            out.append(TextMessageStartEvent(message_id=self._message_id(), role="assistant"))
-        self._uncommitted = True
-        out.append(TextMessageContentEvent(message_id=model.message, delta=delta))
-        return out
-
-    def _reasoning(self, delta: str) -> list[BaseEvent]:
-        if not delta:
-            return []
-        model = self._model
-        out: list[BaseEvent] = []
-        if not model.reasoning:
-            model.reasonings += 1
-            model.reasoning = f"{self._message_id()}:r{model.reasonings}"
-            out.append(ReasoningStartEvent(message_id=model.reasoning))
-            out.append(ReasoningMessageStartEvent(message_id=model.reasoning, role="reasoning"))
-        out.append(ReasoningMessageContentEvent(message_id=model.reasoning, delta=delta))
-        return out
-
-    def _tool_started(self, call_id: str, name: str) -> list[BaseEvent]:
-        out = self._close_reasoning()
-        self._model.calls[call_id] = _Call(name)
-        self._uncommitted = True
-        parent = self._message_id()
-        out.append(
-            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name, parent_message_id=parent)
-        )
-        return out
-
-    def _tool_args(self, call_id: str, delta: str) -> list[BaseEvent]:
-        call = self._model.calls.get(call_id)
-        if call is None or not call.open or not delta:
-            return []
-        call.args += delta
-        return [ToolCallArgsEvent(tool_call_id=call_id, delta=delta)]
-
-    def _tool_completed(self, done: Any) -> list[BaseEvent]:
-        call = self._model.calls.get(done.id)
-        out: list[BaseEvent] = []
-        if call is None:
-            out = self._tool_started(done.id, done.name)
-            call = self._model.calls[done.id]
-        if not call.open:
-            return out
-        if not call.args and done.arguments:
-            out.append(ToolCallArgsEvent(tool_call_id=done.id, delta=done.arguments))
-        call.open = False
-        out.append(ToolCallEndEvent(tool_call_id=done.id))
-        return out
 
     def _tool_result(self, message_id: str, message: Any) -> list[BaseEvent]:
         call_id = message.tool_call_id if message is not None else ""
@@ -286,34 +197,6 @@ class Translator:
 
     # --- closing and ending ----------------------------------------------------------------
 
-    def _message_id(self) -> str:
-        if not self._model.message:  # a delta with no model_started before it
-            self._model.message = f"{self._behest_run}:0"
-        return self._model.message
-
-    def _close_reasoning(self) -> list[BaseEvent]:
-        model = self._model
-        if not model.reasoning:
-            return []
-        ended = model.reasoning
-        model.reasoning = ""
-        return [ReasoningMessageEndEvent(message_id=ended), ReasoningEndEvent(message_id=ended)]
-
-    def _close_model_call(self) -> list[BaseEvent]:
-        model = self._model
-        out = self._close_reasoning()
-        if model.text:
-            model.text = False
-            out.append(TextMessageEndEvent(message_id=model.message))
-        for call_id, call in model.calls.items():
-            if call.open:
-                call.open = False
-                out.append(ToolCallEndEvent(tool_call_id=call_id))
-        if model.step:
-            out.append(StepFinishedEvent(step_name=model.step))
-            model.step = ""
-        return out
-
     def _run_started(self) -> RunStartedEvent:
         behest = {"runId": self._behest_run, "sessionId": self._session}
         return RunStartedEvent(
@@ -331,7 +214,7 @@ class Translator:
 
     def _failed(self, payload: Any) -> RunErrorEvent:
         self.open = False
-        if self._uncommitted:
+        if self._model.streamed:
             self.stale = True  # text or calls the run streamed and never committed
         return RunErrorEvent(
             message=payload.error or "the run failed",

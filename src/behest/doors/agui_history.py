@@ -26,7 +26,7 @@ from behest.api.handlers import GuardedMethod
 from behest.domain.callers import Caller
 from behest.doors.agui_input import Turn, stored_turn
 from behest.doors.agui_wire import text_of
-from behest.doors.plain import call_stream, call_unary
+from behest.doors.calls import call_stream, call_unary
 from behest.errors import InvalidArgument
 
 RUNS, SESSIONS = "agent.v1.RunService", "agent.v1.SessionService"

@@ -14,10 +14,9 @@ cannot carry; workers speak gRPC.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-import grpc
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.method import IdempotencyLevel, MethodInfo, StreamType
@@ -26,44 +25,15 @@ from connectrpc.server import ConnectASGIApplication, Endpoint
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from behest.api.auth import Authenticator, act_as
+from behest.api.auth import Authenticator
 from behest.api.handlers import GuardedMethod
+from behest.domain.callers import Caller
 from behest.doors.callers import caller_of
+from behest.doors.calls import call_stream, call_unary, refusal
 from behest.errors import Unauthenticated
 
 # JSON objects nest at most this deep in a request (json_format's own limit is 100).
 MAX_JSON_DEPTH = 64
-
-
-class DoorAbort(grpc.aio.AbortError):
-    """A handler's `context.abort(code, message)` on an HTTP door: its status, not yet sent."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def connect_error(code: grpc.StatusCode, message: str) -> ConnectError:
-    """The Connect error of a gRPC status (the codes are the same but for one spelling)."""
-    name = "CANCELED" if code == grpc.StatusCode.CANCELLED else code.name
-    return ConnectError(Code[name], message)
-
-
-class DoorContext:
-    """What a guarded method reads of its call (grpc.aio.ServicerContext's few methods)."""
-
-    def __init__(self, headers: Iterable[tuple[str, str]]) -> None:
-        self._metadata = tuple((name.lower(), value) for name, value in headers)
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise DoorAbort(code, details)
 
 
 class ProtoCodec:
@@ -159,38 +129,30 @@ def _endpoint(service: str, method: GuardedMethod, authenticator: Authenticator)
         stream_type=StreamType.SERVER_STREAM if streaming else StreamType.UNARY,
     )
     if streaming:
-        return Endpoint.server_stream(info, _streaming(method.handler, authenticator))
-    return Endpoint.unary(info, _unary(method.handler, authenticator))
+        return Endpoint.server_stream(info, _streaming(method, authenticator))
+    return Endpoint.unary(info, _unary(method, authenticator))
 
 
-def _entered(authenticator: Authenticator, ctx: RequestContext[Any, Any]) -> DoorContext:
-    """The call's context, once its caller is known (set for this request's task)."""
-    headers = list(ctx.request_headers.allitems())
+def _caller(authenticator: Authenticator, headers: list[tuple[str, str]]) -> Caller:
     try:
-        act_as(caller_of(authenticator, headers))
+        return caller_of(authenticator, headers)
     except Unauthenticated as exc:
-        raise ConnectError(Code.UNAUTHENTICATED, str(exc)) from None
-    return DoorContext(headers)
+        raise refusal(exc) from None
 
 
-def _unary(handler: Callable[..., Any], authenticator: Authenticator) -> Callable[..., Any]:
+def _unary(method: GuardedMethod, authenticator: Authenticator) -> Callable[..., Any]:
     async def call(request: Any, ctx: RequestContext[Any, Any]) -> Any:
-        context = _entered(authenticator, ctx)
-        try:
-            return await handler(request, context)
-        except DoorAbort as abort:
-            raise connect_error(abort.code, abort.message) from None
+        headers = list(ctx.request_headers.allitems())
+        return await call_unary(method, request, _caller(authenticator, headers), headers)
 
     return call
 
 
-def _streaming(handler: Callable[..., Any], authenticator: Authenticator) -> Callable[..., Any]:
+def _streaming(method: GuardedMethod, authenticator: Authenticator) -> Callable[..., Any]:
     async def call(request: Any, ctx: RequestContext[Any, Any]) -> AsyncIterator[Any]:
-        context = _entered(authenticator, ctx)
-        try:
-            async for item in handler(request, context):
-                yield item
-        except DoorAbort as abort:
-            raise connect_error(abort.code, abort.message) from None
+        headers = list(ctx.request_headers.allitems())
+        caller = _caller(authenticator, headers)
+        async for item in call_stream(method, request, caller, headers):
+            yield item
 
     return call

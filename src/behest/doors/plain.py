@@ -10,7 +10,7 @@ protocol writes a unary error (`{"code": "not_found", "message": "…"}`, HTTP 4
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from connectrpc._protocol import ConnectWireError
@@ -19,12 +19,8 @@ from connectrpc.errors import ConnectError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from behest.api.auth import act_as
-from behest.api.handlers import GuardedMethod
-from behest.api.status import status_of
-from behest.domain.callers import Caller
-from behest.doors.connect import DoorAbort, DoorContext, JsonCodec, connect_error
-from behest.errors import BehestError
+from behest.doors.calls import close_stream
+from behest.doors.connect import JsonCodec
 
 SSE_MEDIA_TYPE = "text/event-stream"
 JSON_TYPE = "application/json"
@@ -42,12 +38,17 @@ class UnsupportedMediaType(ConnectError):
         super().__init__(Code.INVALID_ARGUMENT, message)
 
 
+def error_body(error: ConnectError) -> dict[str, Any]:
+    """A refusal as Connect's JSON error (`{"code": "not_found", "message": "…"}`)."""
+    return ConnectWireError(error.code, error.message, ()).to_dict()
+
+
 def error_response(error: ConnectError) -> Response:
     """A refusal as Connect's JSON error body, with the HTTP status Connect gives its code."""
     wire = ConnectWireError(error.code, error.message, ())
     if isinstance(error, UnsupportedMediaType):
-        return JSONResponse(wire.to_dict(), status_code=415, headers={"accept-post": JSON_TYPE})
-    return JSONResponse(wire.to_dict(), status_code=wire.to_http_status().code)
+        return JSONResponse(error_body(error), status_code=415, headers={"accept-post": JSON_TYPE})
+    return JSONResponse(error_body(error), status_code=wire.to_http_status().code)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -84,47 +85,9 @@ def _too_large(max_bytes: int) -> ConnectError:
     return ConnectError(Code.RESOURCE_EXHAUSTED, f"the request body is over {max_bytes} bytes")
 
 
-def refusal(error: BehestError) -> ConnectError:
-    """A domain error raised outside a guarded method (a door's own check of its caller), by
-    the same table (api/status.py)."""
-    return connect_error(status_of(error), str(error))
-
-
 def encode_json(message: Any) -> str:
     """A message as Connect's (protobuf's canonical) JSON, on one line."""
     return _JSON.encode(message).decode()
-
-
-async def call_unary(
-    method: GuardedMethod, request: Any, caller: Caller, headers: Iterable[tuple[str, str]]
-) -> Any:
-    """One guarded unary method for `caller`; a refusal raises ConnectError."""
-    act_as(caller)
-    try:
-        return await method.handler(request, DoorContext(headers))
-    except DoorAbort as abort:
-        raise connect_error(abort.code, abort.message) from None
-
-
-def call_stream(
-    method: GuardedMethod, request: Any, caller: Caller, headers: Iterable[tuple[str, str]]
-) -> AsyncIterator[Any]:
-    """One guarded server-streaming method for `caller`; a refusal raises ConnectError.
-
-    The caller is set at once, in the calling task, so that every task the stream is read in
-    later (with_heartbeats' reader) starts with it."""
-    act_as(caller)
-    return _guarded_items(method.handler(request, DoorContext(headers)))
-
-
-async def _guarded_items(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    try:
-        async for item in stream:
-            yield item
-    except DoorAbort as abort:
-        raise connect_error(abort.code, abort.message) from None
-    finally:
-        await _close(stream)
 
 
 async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
@@ -140,7 +103,7 @@ async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator
             async for item in stream:
                 yield item
         finally:
-            await _close(stream)
+            await close_stream(stream)
 
     return first, rest()
 
@@ -167,7 +130,7 @@ async def with_heartbeats(
         except Exception as exc:  # handed over, raised by the reader of the items
             await items.put((_END, exc))
         finally:
-            await _close(stream)
+            await close_stream(stream)
 
     reader = asyncio.create_task(read())
     taking: asyncio.Task[tuple[Any, BaseException | None]] | None = None
@@ -193,12 +156,6 @@ async def with_heartbeats(
                 task.cancel()
         # The reader closes the stream as it ends; wait for that unless cancelled meanwhile.
         await asyncio.wait({reader})
-
-
-async def _close(stream: AsyncIterator[Any]) -> None:
-    close = getattr(stream, "aclose", None)
-    if close is not None:
-        await close()
 
 
 def sse_event(data: str, *, event_id: int | None = None, event: str = "") -> bytes:

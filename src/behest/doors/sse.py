@@ -29,7 +29,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from connectrpc._protocol import ConnectWireError
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from starlette.requests import Request
@@ -41,16 +40,16 @@ from behest.api.handlers import GuardedMethod
 from behest.config import Settings
 from behest.domain.callers import Caller
 from behest.doors.callers import caller_of
+from behest.doors.calls import call_stream, refusal
 from behest.doors.plain import (
     SSE_HEADERS,
     SSE_HEARTBEAT,
     SSE_MEDIA_TYPE,
-    call_stream,
     encode_json,
+    error_body,
     error_response,
     first_and_rest,
     read_message,
-    refusal,
     sse_event,
     with_heartbeats,
 )
@@ -181,8 +180,7 @@ async def _frames(items: AsyncIterator[Any]) -> AsyncIterator[bytes]:
             kind = event.WhichOneof("event") or ""
             yield sse_event(encode_json(event), event_id=event.sequence, event=kind)
     except ConnectError as error:
-        wire = ConnectWireError(error.code, error.message, ())
-        yield sse_event(json.dumps(wire.to_dict(), ensure_ascii=False), event="stream_error")
+        yield sse_event(json.dumps(error_body(error), ensure_ascii=False), event="stream_error")
 
 
 def cursor(request: Request) -> int:
