@@ -244,6 +244,7 @@ class AgentEvent(_message.Message):
     TOOL_OUTCOME_UNKNOWN_FIELD_NUMBER: _builtins.int
     TOOL_EXECUTION_RECONCILED_FIELD_NUMBER: _builtins.int
     TOOL_RETRY_SCHEDULED_FIELD_NUMBER: _builtins.int
+    HANDOFF_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -341,6 +342,12 @@ class AgentEvent(_message.Message):
         """
 
     @_builtins.property
+    def handoff(self) -> Global___HandoffEvent:
+        """Added in behest 0.11: the run went on under another agent (a `transfer_to_<agent>`
+        call).
+        """
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -378,15 +385,16 @@ class AgentEvent(_message.Message):
         tool_outcome_unknown: Global___ToolOutcomeUnknownEvent | None = ...,
         tool_execution_reconciled: Global___ToolExecutionReconciledEvent | None = ...,
         tool_retry_scheduled: Global___ToolRetryScheduledEvent | None = ...,
+        handoff: Global___HandoffEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -402,9 +410,16 @@ class RunStartedEvent(_message.Message):
     PROVIDER_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    AGENT_NAME_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     provider: _builtins.str
     model: _builtins.str
+    agent_name: _builtins.str
+    """Added in behest 0.11. The agent the run is of, and the version it resolved to; empty
+    and 0 for a run that names none.
+    """
+    agent_version: _builtins.int
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ContentPart]:
         """Added in behest 0.7. The run's content parts (CreateRunRequest.content) as references:
@@ -418,10 +433,12 @@ class RunStartedEvent(_message.Message):
         provider: _builtins.str = ...,
         model: _builtins.str = ...,
         content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
+        agent_name: _builtins.str = ...,
+        agent_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "model", b"model", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "content", b"content", "model", b"model", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -453,19 +470,28 @@ class ModelStartedEvent(_message.Message):
     PROVIDER_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     ITERATION_FIELD_NUMBER: _builtins.int
+    AGENT_NAME_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
     provider: _builtins.str
     model: _builtins.str
     iteration: _builtins.int
+    agent_name: _builtins.str
+    """Added in behest 0.11. The agent making the call (after a handoff, the target); empty
+    and 0 for a run of no agent.
+    """
+    agent_version: _builtins.int
     def __init__(
         self,
         *,
         provider: _builtins.str = ...,
         model: _builtins.str = ...,
         iteration: _builtins.int = ...,
+        agent_name: _builtins.str = ...,
+        agent_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["iteration", b"iteration", "model", b"model", "provider", b"provider"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "iteration", b"iteration", "model", b"model", "provider", b"provider"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1305,6 +1331,46 @@ class ToolRetryScheduledEvent(_message.Message):
 Global___ToolRetryScheduledEvent: _TypeAlias = ToolRetryScheduledEvent  # noqa: Y015
 
 @_typing.final
+class HandoffEvent(_message.Message):
+    """Added in behest 0.11: the model called `transfer_to_<agent>`; from the next model call on
+    the run goes on under that agent's instructions, tools and model, in the same session,
+    with its transcript, budgets and usage.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    FROM_AGENT_FIELD_NUMBER: _builtins.int
+    FROM_VERSION_FIELD_NUMBER: _builtins.int
+    TO_AGENT_FIELD_NUMBER: _builtins.int
+    TO_VERSION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    from_agent: _builtins.str
+    from_version: _builtins.int
+    to_agent: _builtins.str
+    to_version: _builtins.int
+    reason: _builtins.str
+    """The model's reason, as it gave it (may be empty)."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        from_agent: _builtins.str = ...,
+        from_version: _builtins.int = ...,
+        to_agent: _builtins.str = ...,
+        to_version: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "from_agent", b"from_agent", "from_version", b"from_version", "reason", b"reason", "to_agent", b"to_agent", "to_version", b"to_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HandoffEvent: _TypeAlias = HandoffEvent  # noqa: Y015
+
+@_typing.final
 class OutputRejectedEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1362,6 +1428,10 @@ class RunRecord(_message.Message):
     ALLOW_SUB_AGENTS_FIELD_NUMBER: _builtins.int
     RESPONSE_FORMAT_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
+    AGENT_NAME_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
+    CURRENT_AGENT_FIELD_NUMBER: _builtins.int
+    CURRENT_AGENT_VERSION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     status: _common_pb2.RunStatus.ValueType
@@ -1381,6 +1451,13 @@ class RunRecord(_message.Message):
     one may start its own.
     """
     allow_sub_agents: _builtins.bool
+    agent_name: _builtins.str
+    """Added in behest 0.11: the agent the run is of and the version it resolved to at its
+    start (empty and 0: none); after a handoff, the agent it is under now.
+    """
+    agent_version: _builtins.int
+    current_agent: _builtins.str
+    current_agent_version: _builtins.int
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
     @_builtins.property
@@ -1442,10 +1519,14 @@ class RunRecord(_message.Message):
         allow_sub_agents: _builtins.bool = ...,
         response_format: Global___ResponseFormat | None = ...,
         reasoning: Global___Reasoning | None = ...,
+        agent_name: _builtins.str = ...,
+        agent_version: _builtins.int = ...,
+        current_agent: _builtins.str = ...,
+        current_agent_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "created_at", b"created_at", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "created_at", b"created_at", "current_agent", b"current_agent", "current_agent_version", b"current_agent_version", "error", b"error", "failure_code", b"failure_code", "id", b"id", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "parent_run_id", b"parent_run_id", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "status", b"status", "tool_choice", b"tool_choice", "tools", b"tools", "total_cost", b"total_cost", "total_usage", b"total_usage", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1532,6 +1613,7 @@ class CreateRunRequest(_message.Message):
     REASONING_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     START_SESSION_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -1568,6 +1650,12 @@ class CreateRunRequest(_message.Message):
     has it yet (a UUID the client chose, such as an AG-UI thread id); a session of the
     caller's tenant with that id is continued as without it, and another tenant's is
     NOT_FOUND, as always.
+    """
+    agent: _builtins.str
+    """Added in behest 0.11. Run a stored agent: "NAME" (its latest version), "NAME@VERSION"
+    or "NAME@ALIAS". The agent's definition gives every field this request leaves unset
+    (empty, 0, false); the run records the version it resolved to. An unknown agent,
+    version or alias is NOT_FOUND, an archived agent FAILED_PRECONDITION.
     """
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
@@ -1640,10 +1728,11 @@ class CreateRunRequest(_message.Message):
         reasoning: Global___Reasoning | None = ...,
         content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
         start_session: _builtins.bool = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "start_session", b"start_session", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "start_session", b"start_session", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1682,10 +1771,16 @@ class ListRunsRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     PAGINATION_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Optional filter."""
     status: _common_pb2.RunStatus.ValueType
     """Optional filter; UNSPECIFIED means any status."""
+    agent: _builtins.str
+    """Added in behest 0.11. Optional filter: runs of this agent (its name), any version."""
+    agent_version: _builtins.int
+    """Added in behest 0.11. Optional filter, with agent: runs of this version only."""
     @_builtins.property
     def pagination(self) -> _common_pb2.Pagination: ...
     def __init__(
@@ -1694,10 +1789,12 @@ class ListRunsRequest(_message.Message):
         session_id: _builtins.str = ...,
         status: _common_pb2.RunStatus.ValueType = ...,
         pagination: _common_pb2.Pagination | None = ...,
+        agent: _builtins.str = ...,
+        agent_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pagination", b"pagination"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pagination", b"pagination", "session_id", b"session_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "agent_version", b"agent_version", "pagination", b"pagination", "session_id", b"session_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
