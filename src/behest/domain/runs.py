@@ -70,6 +70,20 @@ class Reasoning:
     budget_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class RunAgent:
+    """The agent a run is of: its name and version, and the versions of every agent it may
+    reach through sub-agents and handoffs (itself included), fixed at its start."""
+
+    name: str
+    version: int
+    pins: tuple[tuple[str, int], ...] = ()
+
+    def pinned(self, name: str) -> int:
+        """The version of `name` this run uses (0: not one it may reach)."""
+        return dict(self.pins).get(name, 0)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest:
     """A validated request to start a run (what CreateRun carries)."""
@@ -98,6 +112,8 @@ class RunRequest:
     # Set by behest for a sub-agent run (never by a client): its parent, how deep it is.
     parent_run_id: str = ""
     depth: int = 0
+    # The stored agent the run is of (domain/agents.py), resolved by behest; None: none.
+    agent: RunAgent | None = None
 
     def fingerprint(self) -> str:
         """What must match for a repeated client_request_id to mean the same request."""
@@ -118,6 +134,8 @@ class RunRequest:
             waits.append(repr(parts))
         if self.start_session:
             waits.append("start_session")
+        if self.agent is not None:
+            waits.append(repr([self.agent.name, self.agent.version]))
         body = json.dumps(
             [
                 self.session_id or "",
@@ -183,6 +201,10 @@ class Run:
     output: str | None = None
     # How much the model should reason (None: the provider's default).
     reasoning: Reasoning | None = None
+    # The stored agent the run is of, with its pins (None: none), and the agent it is under
+    # now after handoffs ("": its own).
+    agent: RunAgent | None = None
+    current_agent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,3 +245,6 @@ class RunFilter:
     model: str = ""
     created_from: datetime | None = None
     created_to: datetime | None = None
+    # Runs of this agent (its name), of this version of it (0: any).
+    agent: str = ""
+    agent_version: int = 0
