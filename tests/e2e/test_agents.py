@@ -17,9 +17,11 @@ from behest._proto.agent.v1 import agent_pb2 as apb
 from behest._proto.agent.v1 import agent_pb2_grpc as agent_rpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from behest.errors import InvalidArgument
 from tests.support import (
     Server,
     collect,
+    fast_settings,
     kind,
     script,
     server_process,
@@ -344,3 +346,49 @@ async def test_a_run_resumed_after_kill_9_keeps_its_agents_versions(tmp_path: Pa
     assert calls == [("triage", 1), ("billing", 1), ("billing", 1)]
     assert (record.agent_name, record.agent_version) == ("triage", 1)
     assert (record.current_agent, record.current_agent_version) == ("billing", 1)
+
+
+SETTINGS_AGENTS = {
+    "agents": {
+        # Named before the agent it hands off to: applied in an order that works.
+        "triage": {
+            "instructions": "triage from settings",
+            "provider": "local",
+            "model": "script",
+            "handoffs": ["billing"],
+        },
+        "billing": {
+            "description": "money",
+            "instructions": "billing from settings",
+            "provider": "local",
+            "model": "script",
+            "budget": {"max_tokens": 5000},
+        },
+    }
+}
+
+
+async def test_the_settings_agents_are_applied_at_every_start(tmp_path: Path) -> None:
+    settings = fast_settings(tmp_path).with_tables(SETTINGS_AGENTS, source="tests")
+    for _ in range(2):  # the second start finds them unchanged: no new version
+        server = await start_server(settings)
+        try:
+            agents = agents_of(server)
+            got = await agents.GetAgent(apb.GetAgentRequest(agent="billing"))
+            triage = await agents.GetAgent(apb.GetAgentRequest(agent="triage"))
+            events = await collect(
+                server.runs.CreateRunStream(of_agent("billing", SAY_INSTRUCTIONS))
+            )
+        finally:
+            await stop_server(server)
+        assert (got.agent.latest_version, got.version.created_by) == (1, "settings")
+        assert got.version.definition.budget.max_tokens == 5000
+        assert list(triage.version.definition.handoffs) == ["billing"]
+        assert text(events) == "billing from settings"
+
+
+async def test_a_bad_settings_agent_stops_the_start_naming_it(tmp_path: Path) -> None:
+    bad = {"agents": {"broken": {"provider": "local", "model": "script", "tools": ["nope"]}}}
+    settings = fast_settings(tmp_path).with_tables(bad, source="tests")
+    with pytest.raises(InvalidArgument, match=r"setting 'agents.broken': definition.tools"):
+        await start_server(settings)
