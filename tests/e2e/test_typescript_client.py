@@ -20,7 +20,12 @@ from tests.web_support import ALICE, BOB, inspector_settings
 # Which protocols the server tests cover; narrow it to debug one (e.g. "grpc").
 PROTOCOLS = os.environ.get("BEHEST_TEST_PROTOCOLS", "connect,grpc-web,grpc")
 # The server tests' suites, one per protocol (they skip without a server: none may).
-SUITES = ("RunService over", "tokens and tenants over", "a stream cut by the server's side, over")
+SUITES = (
+    "RunService over",
+    "tokens and tenants over",
+    "a stream cut by the server's side, over",
+    "AgentService over",
+)
 
 
 @pytest.fixture

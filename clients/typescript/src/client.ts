@@ -3,6 +3,7 @@
 // browser build it from their own transports (node.ts, web.ts).
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { AgentService } from "./gen/agent/v1/agent_pb.js";
 import { ProviderService, ToolService } from "./gen/agent/v1/catalog_pb.js";
 import { ToolExecutionService } from "./gen/agent/v1/execution_pb.js";
 import {
@@ -28,6 +29,8 @@ export interface BehestClient {
   readonly executions: Client<typeof ToolExecutionService>;
   readonly compaction: Client<typeof CompactionService>;
   readonly snapshots: Client<typeof SnapshotService>;
+  /** Stored, versioned agents (docs/AGENTS.md); a run names one with `agent`. */
+  readonly agents: Client<typeof AgentService>;
   /** Create a run (CreateRunStream) and yield its events to the terminal one, resuming
    * after breaks from the last sequence seen. Without a client_request_id one is made up,
    * so that sending the create again after an early break is idempotent. */
@@ -54,6 +57,7 @@ export function clientOf(transport: Transport, options: ClientOptions = {}): Beh
     executions: createClient(ToolExecutionService, transport),
     compaction: createClient(CompactionService, transport),
     snapshots: createClient(SnapshotService, transport),
+    agents: createClient(AgentService, transport),
     ...streamsOf(runs, options.reconnect),
   };
 }

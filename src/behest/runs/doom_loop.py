@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 
 from behest import bounded_json
+from behest.domain import events as ev
 from behest.domain.messages import ToolCall
+from behest.domain.spend import FailureCode
+from behest.errors import RunStopped
+from behest.events.run_log import RunLog
 
 REPEATS = 3
 CYCLE_LENGTHS = (1, 2, 3, 4)
@@ -29,6 +33,14 @@ class DoomLoopDetector:
 
     def __init__(self) -> None:
         self._history: list[str] = []
+
+    async def check(self, calls: list[ToolCall], log: RunLog) -> None:
+        """Observe a turn's calls; a loop is told (DoomLoopDetected) and stops the run."""
+        for call in calls:
+            description = self.observe(call)
+            if description:
+                await log.emit(ev.DoomLoopDetected(description))
+                raise RunStopped(f"doom loop detected: {description}", FailureCode.DOOM_LOOP)
 
     def observe(self, call: ToolCall) -> str | None:
         """Record a call; return a description if the history now ends in a loop."""

@@ -106,16 +106,24 @@ class AgentLoop:
             tools = agents.registry(tools, self._spawn if self._children is not None else None)
             self.progress.child_tools |= agents.sub_agents()
         self._tools = tools
-        self._offered = offered(
-            run, tools, sub_agents=self._sub_runs is not None, more=agents.offered if agents else ()
-        )
+        more = agents.offered if agents else ()
+        self._offered = offered(run, tools, sub_agents=self._sub_runs is not None, more=more)
         self._waits = Waits(
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
-        self._budget = self._budget_of(spend_limits or TenantSpend())
+        tenant = spend_limits or TenantSpend()  # the run's budget over its tenant's defaults
+        self._budget = Budget(
+            run=run,
+            budget=run.budget.over(tenant.run_budget),
+            daily=tenant.daily,
+            prices=self._prices,
+            progress=self.progress,
+            log=log,
+            store=store,
+        )
         self._attempts = ModelAttempts(
             run=run,
             log=log,
@@ -145,18 +153,6 @@ class AgentLoop:
         waits = self._waits
         return TurnCalls(
             run=run, tools=tools, runner=runner, waits=waits, executions=executions, hub=workers
-        )
-
-    def _budget_of(self, tenant: TenantSpend) -> Budget:
-        """The run's budget over its tenant's defaults, and the tenant's daily caps."""
-        return Budget(
-            run=self._run,
-            budget=self._run.budget.over(tenant.run_budget),
-            daily=tenant.daily,
-            prices=self._prices,
-            progress=self.progress,
-            log=self._log,
-            store=self._store,
         )
 
     async def run(self, snapshot: Snapshot | None = None) -> Outcome | Waiting | HandedOff:
@@ -196,7 +192,7 @@ class AgentLoop:
                     return outcome
                 continue  # a repair of the answer: the next iteration
             await self._budget.before_tools()
-            await self._check_doom_loop(turn.calls)
+            await self._doom_loop.check(turn.calls, self._log)
             waiting = await self._waits.hold(turn.calls, self._offered)
             if waiting is not None:
                 return waiting
@@ -347,9 +343,8 @@ class AgentLoop:
 
     async def _handed_off(self, calls: list[ToolCall]) -> HandedOff | None:
         """The run goes on under another agent if the turn handed it over."""
-        if self._agents is None:
-            return None
-        return await self._agents.handoff(calls, self.progress, self._log)
+        agents = self._agents
+        return None if agents is None else await agents.handoff(calls, self.progress, self._log)
 
     async def _spawn(self, call: ToolCall, agent: AgentVersion | None = None) -> ToolResult:
         """A `spawn_agent` call, or a sub-agent's (`agent`): a child run, waited for; its
@@ -362,10 +357,3 @@ class AgentLoop:
         if child is not None:
             self.progress.count_child(child)
         return result
-
-    async def _check_doom_loop(self, calls: list[ToolCall]) -> None:
-        for call in calls:
-            description = self._doom_loop.observe(call)
-            if description:
-                await self._log.emit(ev.DoomLoopDetected(description))
-                raise RunStopped(f"doom loop detected: {description}", FailureCode.DOOM_LOOP)
