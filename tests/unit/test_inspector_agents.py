@@ -13,12 +13,13 @@ from starlette.requests import Request
 
 from behest.api.auth import Authenticator
 from behest.config import AuthSettings, TlsSettings
+from behest.domain import events as ev
 from behest.domain.agents import Agent, AgentDefinition, AgentRef, AgentVersion
 from behest.domain.callers import Caller
 from behest.domain.runs import Run, RunAgent, RunFilter, RunStatus
 from behest.domain.waits import WaitOptions
 from behest.errors import InvalidArgument, NotFound
-from behest.web import agent_views
+from behest.web import agent_views, views
 from behest.web.agent_pages import AgentPages
 from behest.web.auth import COOKIE, Gate
 from behest.web.listing import RunsForm
@@ -121,6 +122,30 @@ def test_the_agent_a_run_is_under_after_a_handoff() -> None:
     handed = run(agent=RunAgent("support", 2, pins), current_agent="billing")
     assert agent_views.handed_to(handed) == ("billing", 1)
     assert agent_views.handed_to(replace(handed, current_agent="support")) is None
+
+
+def event(sequence: int, payload: ev.Payload) -> ev.Event:
+    return ev.Event(run_id="r-1", sequence=sequence, payload=payload, timestamp=T0)
+
+
+def test_a_handoff_and_the_agent_of_a_model_call_in_the_timeline() -> None:
+    handoff = ev.Handoff("call_1_1", "support", 2, "billing", 1, reason=f"money {PLANT}")
+    started = ev.ModelStarted("local", "script", 2, agent_name="billing", agent_version=1)
+    events = [event(7, handoff), event(8, started)]
+    moved, call = views.timeline(events, views.Context())
+    assert (moved.kind, moved.name, moved.title) == ("handoff", "handoff", "handoff")
+    assert moved.summary.startswith("⇄ handed off from support@2 to billing@1")
+    assert moved.sections == [
+        ("from", "support@2"),
+        ("to", "billing@1"),
+        ("call", "call_1_1"),
+        ("reason", f"money {PLANT}"),
+    ]
+    assert call.sections == [("agent", "billing@1")] and "(billing@1)" in call.summary
+    plain = views.item(event(9, ev.ModelStarted("local", "script", 3)), views.Context())
+    assert plain.sections == []
+    started = ev.RunStarted("s-1", "local", "script", agent_name="support", agent_version=2)
+    assert views.item(event(1, started), views.Context()).sections == [("agent", "support@2")]
 
 
 def test_the_runs_form_filters_by_agent_and_version() -> None:
