@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+import uuid
 from pathlib import Path
+
+import pytest
 
 from behest._proto.agent.v1 import agent_pb2 as apb
 from behest._proto.agent.v1 import agent_pb2_grpc as agent_rpc
 from behest._proto.agent.v1 import run_pb2 as pb
-from tests.support import collect, kind, script
+from tests.support import CI, NO_POSTGRES, POSTGRES_URL, collect, kind, script
 from tests.web_support import (
     ALICE,
     BOB,
@@ -30,6 +33,27 @@ from tests.web_support import (
 PLANT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.skipif(not POSTGRES_URL and not CI, reason=NO_POSTGRES),
+        ),
+    ]
+)
+def database(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Settings of the store: SQLite, or PostgreSQL (BEHEST_TEST_POSTGRES_URL)."""
+    if request.param == "sqlite":
+        return {}
+    return {"database_url": request.getfixturevalue("postgres_url")}
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (PostgreSQL's test database is shared)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
 def definition(instructions: str, **fields: object) -> apb.AgentDefinition:
     return apb.AgentDefinition(
         description="answers support questions",
@@ -40,24 +64,25 @@ def definition(instructions: str, **fields: object) -> apb.AgentDefinition:
     )
 
 
-async def two_versions(web: Inspector) -> agent_rpc.AgentServiceStub:
-    """Alice's agent `support`: version 1, then version 2 (other instructions); `production`
-    points at version 1."""
+async def two_versions(web: Inspector) -> str:
+    """Alice's new agent (its name): version 1, then version 2 (other instructions);
+    `production` points at version 1."""
     agents = agent_rpc.AgentServiceStub(web.server.channel)
+    name = unique("support")
     first = definition("Be brief.")
     await agents.CreateAgent(
-        apb.CreateAgentRequest(name="support", definition=first), metadata=bearer(ALICE)
+        apb.CreateAgentRequest(name=name, definition=first), metadata=bearer(ALICE)
     )
     second = definition(f"Be kind. {PLANT}")
     updated = await agents.UpdateAgent(
-        apb.UpdateAgentRequest(name="support", definition=second), metadata=bearer(ALICE)
+        apb.UpdateAgentRequest(name=name, definition=second), metadata=bearer(ALICE)
     )
     assert updated.version.version == 2 and updated.changed
     await agents.SetAgentAlias(
-        apb.SetAgentAliasRequest(name="support", alias="production", version=1),
+        apb.SetAgentAliasRequest(name=name, alias="production", version=1),
         metadata=bearer(ALICE),
     )
-    return agents
+    return name
 
 
 async def run_of(web: Inspector, agent: str, text: str) -> str:
@@ -80,20 +105,21 @@ def column(page: str, version: int) -> str:
 
 
 async def test_the_agents_pages_show_versions_side_by_side_and_which_runs_used_which(
-    tmp_path: Path,
+    tmp_path: Path, database: dict[str, str]
 ) -> None:
-    async with inspector(tmp_path) as web:
-        await two_versions(web)
-        first = await run_of(web, "support@1", "one")
-        second = await run_of(web, "support", "two")
-        aliased = await run_of(web, "support@production", "three")
+    async with inspector(tmp_path, **database) as web:
+        name = await two_versions(web)
+        first = await run_of(web, f"{name}@1", "one")
+        second = await run_of(web, name, "two")
+        aliased = await run_of(web, f"{name}@production", "three")
         cookies = await session_cookie(web.base, ALICE)
 
         listed = await fetch(f"{web.base}/agents", cookies=cookies)
         assert listed.status == 200
-        assert 'data-agent="support"' in listed.body and "production → 1" in listed.body
+        row = re.search(rf'data-agent="{name}">.*?</tr>', listed.body, re.S)
+        assert row and "production → 1" in row.group(0)
 
-        agent = await fetch(f"{web.base}/agents/support", cookies=cookies)
+        agent = await fetch(f"{web.base}/agents/{name}", cookies=cookies)
         assert agent.status == 200
         assert agent.body.index('data-version="2"') < agent.body.index('data-version="1"')
         assert agent.body.count('class="changed"') == 1  # the instructions of version 2
@@ -101,16 +127,16 @@ async def test_the_agents_pages_show_versions_side_by_side_and_which_runs_used_w
         assert run_ids(column(agent.body, 2)) == {second}
         assert run_ids(column(agent.body, 1)) == {first, aliased}
 
-        query = urllib.parse.urlencode({"agent": "support@1"})
+        query = urllib.parse.urlencode({"agent": f"{name}@1"})
         of_one = await fetch(f"{web.base}/runs?{query}", cookies=cookies)
         assert run_ids(of_one.body) == {first, aliased}
-        every = await fetch(f"{web.base}/runs?agent=support", cookies=cookies)
+        every = await fetch(f"{web.base}/runs?agent={name}", cookies=cookies)
         assert run_ids(every.body) == {first, second, aliased}
-        refused = await fetch(f"{web.base}/runs?agent=support%40production", cookies=cookies)
+        refused = await fetch(f"{web.base}/runs?agent={name}%40production", cookies=cookies)
         assert refused.status == 400, refused.body
 
         shown = await fetch(f"{web.base}/runs/{aliased}", cookies=cookies)
-        assert re.search(r'id="run-agent">.*?>support</a>@1', shown.body, re.S), shown.body
+        assert re.search(rf'id="run-agent">.*?>{name}</a>@1', shown.body, re.S), shown.body
 
 
 async def test_a_run_that_handed_off_shows_both_agents_and_the_handoff(tmp_path: Path) -> None:
@@ -150,13 +176,14 @@ async def test_a_run_that_handed_off_shows_both_agents_and_the_handoff(tmp_path:
 
 async def test_another_tenant_s_agent_is_not_found(tmp_path: Path) -> None:
     async with inspector(tmp_path) as web:
-        await two_versions(web)
+        name = await two_versions(web)
+        await run_of(web, name, "alice's")
         cookies = await session_cookie(web.base, BOB)
-        assert (await fetch(f"{web.base}/agents/support", cookies=cookies)).status == 404
+        assert (await fetch(f"{web.base}/agents/{name}", cookies=cookies)).status == 404
         assert (await fetch(f"{web.base}/agents/nobody", cookies=cookies)).status == 404
         listed = await fetch(f"{web.base}/agents", cookies=cookies)
-        assert listed.status == 200 and 'data-agent="support"' not in listed.body
-        theirs = await fetch(f"{web.base}/runs?agent=support", cookies=cookies)
+        assert listed.status == 200 and f'data-agent="{name}"' not in listed.body
+        theirs = await fetch(f"{web.base}/runs?agent={name}", cookies=cookies)
         assert not run_ids(theirs.body)
         signed_out = await fetch(f"{web.base}/agents")
         assert signed_out.status == 303 and signed_out.headers["location"] == "/signin"
@@ -164,9 +191,9 @@ async def test_another_tenant_s_agent_is_not_found(tmp_path: Path) -> None:
 
 async def test_an_agent_s_versions_and_runs_in_a_browser(tmp_path: Path) -> None:
     async with inspector(tmp_path) as web, chromium() as browser:
-        await two_versions(web)
-        first = await run_of(web, "support@1", "one")
-        second = await run_of(web, "support@2", "two")
+        name = await two_versions(web)
+        first = await run_of(web, f"{name}@1", "one")
+        second = await run_of(web, f"{name}@2", "two")
         page = await signed_in(browser, web.base, ALICE)
         page.on("dialog", lambda dialog: dialog.dismiss())
         await page.click("header nav a[href='/agents']")
@@ -176,8 +203,8 @@ async def test_an_agent_s_versions_and_runs_in_a_browser(tmp_path: Path) -> None
         await expect(row).to_contain_text("production → 1")
         await screenshot(page, "agents")
 
-        await row.locator("a[href='/agents/support']").click()
-        await page.wait_for_url(f"{web.base}/agents/support")
+        await row.locator(f"a[href='/agents/{name}']").click()
+        await page.wait_for_url(f"{web.base}/agents/{name}")
         versions = page.locator("#versions thead th.version")
         await expect(versions).to_have_count(2)
         await expect(versions.nth(0)).to_contain_text("version 2")
@@ -196,11 +223,11 @@ async def test_an_agent_s_versions_and_runs_in_a_browser(tmp_path: Path) -> None
 
         await runs.nth(1).locator(f"a[href='/runs/{first}']").click()
         await page.wait_for_url(f"{web.base}/runs/{first}")
-        await expect(page.locator("#run-agent")).to_contain_text("support@1")
+        await expect(page.locator("#run-agent")).to_contain_text(f"{name}@1")
         await screenshot(page, "run-of-agent")
 
-        await page.goto(f"{web.base}/agents/support")
+        await page.goto(f"{web.base}/agents/{name}")
         await page.locator("#versions tr.version-runs td").nth(0).locator("a.all-runs").click()
-        await page.wait_for_url(re.compile(r".*/runs\?agent=support%402$"))
+        await page.wait_for_url(f"{web.base}/runs?agent={name}%402")
         await expect(page.locator("#runs tr.run-row")).to_have_count(1)
-        await expect(page.locator("#runs tr.run-row")).to_contain_text("support@2")
+        await expect(page.locator("#runs tr.run-row")).to_contain_text(f"{name}@2")
