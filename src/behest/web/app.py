@@ -37,6 +37,7 @@ from behest.errors import (
 )
 from behest.runs.operations import Operations
 from behest.web.actions import Actions
+from behest.web.agent_pages import AgentPages
 from behest.web.auth import CsrfRefused, Gate, SignInRequired
 from behest.web.live import LiveTails
 from behest.web.pages import Pages
@@ -72,6 +73,7 @@ def build_app(
     renderer = Renderer(gate)
     pages = Pages(runs, gate, renderer, live, open_streams)
     actions = Actions(runs, gate, pages)
+    agents = AgentPages(runs, gate, renderer)
     routes = [
         Route("/", _home),
         Route("/signin", pages.sign_in, methods=["GET"]),
@@ -85,6 +87,8 @@ def build_app(
         Route("/approvals", pages.approvals),
         Route("/sessions", pages.sessions),
         Route("/sessions/{session_id:uuid}", pages.session),
+        Route("/agents", agents.agents),
+        Route("/agents/{name}", agents.agent),
         Route("/dashboard", pages.dashboard),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
@@ -107,7 +111,8 @@ async def _home(request: Request) -> Response:
 
 
 class _ErrorPages:
-    """Error pages. A run or session of another tenant is the same 404 as a missing one."""
+    """Error pages. A run, session or agent of another tenant is the same 404 as a missing
+    one."""
 
     def __init__(self, renderer: Renderer, gate: Gate) -> None:
         self._render = renderer
@@ -125,7 +130,7 @@ class _ErrorPages:
     async def refused(self, request: Request, exc: Exception) -> Response:
         status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
         if status == 404:
-            return self._page(request, 404, "Not found", "There is no such run or session.")
+            return self._page(request, 404, "Not found", "There is no such run, session or agent.")
         if status == 500:
             log.error("inspector: %s", type(exc).__name__, exc_info=exc)
             return self._page(request, 500, "Error", "Something went wrong; it is logged.")
@@ -134,7 +139,7 @@ class _ErrorPages:
     async def http(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
-            return self._page(request, 404, "Not found", "There is no such run or session.")
+            return self._page(request, 404, "Not found", "There is no such run, session or agent.")
         return PlainTextResponse(str(exc.detail), status_code=exc.status_code)
 
     def _page(self, request: Request, status: int, title: str, message: str) -> Response:

@@ -71,7 +71,7 @@ class Pages:
     async def runs(self, request: Request) -> Response:
         caller = self._gate.caller(request)
         wanted = listing.RunsForm.parse(request.query_params)
-        start = _number(request, "start", 0)
+        start = number(request, "start", 0)
         page = await listing.find_runs(self._runs, caller, wanted, start=start)
         return self._render.page(
             request,
@@ -93,7 +93,7 @@ class Pages:
         run = await self._runs.get(caller, run_id)
         last = await self._runs.last_sequence(caller, run_id)
         last_page = (max(last, 1) - 1) // EVENTS_PAGE * EVENTS_PAGE
-        after = min(_number(request, "after", last_page), last_page)
+        after = min(number(request, "after", last_page), last_page)
         events, more = await self._runs.events(caller, run_id, after=after, limit=EVENTS_PAGE)
         if events and events[-1].is_terminal and not run.status.is_terminal:
             run = await self._runs.get(caller, run_id)  # it ended meanwhile: its end is shown
@@ -130,7 +130,7 @@ class Pages:
 
     async def sessions(self, request: Request) -> Response:
         caller = self._gate.caller(request)
-        start = _number(request, "start", 0)
+        start = number(request, "start", 0)
         found = await self._runs.list_sessions(caller, limit=SESSIONS_PAGE + 1, offset=start)
         return self._render.page(
             request,
@@ -144,7 +144,7 @@ class Pages:
         caller = self._gate.caller(request)
         session_id = str(request.path_params["session_id"])
         found = await self._runs.get_session(caller, session_id)
-        start = _number(request, "from", 0)
+        start = number(request, "from", 0)
         messages, more = await self._runs.session_messages(
             caller, session_id, from_position=start, limit=MESSAGES_PAGE
         )
@@ -171,7 +171,7 @@ class Pages:
         )
 
 
-def _number(request: Request, name: str, default: int) -> int:
+def number(request: Request, name: str, default: int) -> int:
     value = request.query_params.get(name, "")
     return min(int(value), 2**62) if value.isdigit() else default
 

@@ -30,7 +30,7 @@ MAX_SUMMARY_CHARS = 400
 class Item:
     """One entry of a run's timeline: one event, or a run of deltas."""
 
-    kind: str  # how it looks: text, reasoning, args, model, tool, usage, wait, end, info
+    kind: str  # how it looks: text, reasoning, args, model, tool, usage, wait, end, handoff, info
     name: str  # the event kind's stable name (domain/events.py KINDS)
     title: str
     first: int
@@ -98,6 +98,8 @@ def item(event: ev.Event, context: Context) -> Item:
 
 def _run_started(it: Item, p: ev.RunStarted, c: Context) -> None:
     it.kind, it.title = "model", "run started"
+    if p.agent_name:
+        it.sections = [("agent", f"{p.agent_name}@{p.agent_version}")]
 
 
 def _model_started(it: Item, p: ev.ModelStarted, c: Context) -> None:
@@ -105,6 +107,19 @@ def _model_started(it: Item, p: ev.ModelStarted, c: Context) -> None:
     c.iteration = p.iteration
     it.kind, it.title = "model", "model call (retry)" if retry else "model call"
     it.status = "CALLING_MODEL"
+    if p.agent_name:
+        it.sections = [("agent", f"{p.agent_name}@{p.agent_version}")]
+
+
+def _handoff(it: Item, p: ev.Handoff, c: Context) -> None:
+    it.kind, it.title = "handoff", "handoff"
+    it.sections = [
+        ("from", f"{p.from_agent}@{p.from_version}"),
+        ("to", f"{p.to_agent}@{p.to_version}"),
+        ("call", p.call_id),
+    ]
+    if p.reason:
+        it.sections.append(("reason", clip(p.reason)))
 
 
 def _text(it: Item, p: ev.TextDelta, c: Context) -> None:
@@ -265,6 +280,7 @@ _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
     ev.SubRunStarted: _sub_started,
     ev.SubRunFinished: _sub_finished,
     ev.OutputRejected: _output_rejected,
+    ev.Handoff: _handoff,
 }
 
 

@@ -19,7 +19,7 @@
   }
 
   function openByDefault(item) {
-    return item.error || ["text", "tool", "end", "wait"].indexOf(item.kind) >= 0;
+    return item.error || ["text", "tool", "end", "wait", "handoff"].indexOf(item.kind) >= 0;
   }
 
   // One timeline item, the same structure as the template's macro `item`.
