@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from behest._proto.agent.v1 import agent_pb2
-from behest.cli.agent_files import AgentFileError, agents_toml, read_agent_files
+from behest.cli.agent_files import (
+    AgentFile,
+    AgentFileError,
+    agents_toml,
+    apply_order,
+    read_agent_files,
+)
 from behest.client import AgentDefinition, Budget, Reasoning, ResponseFormat, ToolSpec
 
 SCHEMA = json.dumps(
@@ -160,3 +166,22 @@ def test_a_settings_file_gives_its_agents_and_the_rest_is_ignored(tmp_path: Path
     [agent] = read_agent_files([path])
     assert (agent.name, agent.source) == ("support", str(path))
     assert agent.definition == AgentDefinition(provider="local", model="echo")
+
+
+def test_agents_are_applied_after_the_agents_they_name() -> None:
+    def agent(name: str, *handoffs: str, sub_agents: tuple[str, ...] = ()) -> AgentFile:
+        return AgentFile(name, AgentDefinition(handoffs=handoffs, sub_agents=sub_agents), "f")
+
+    files = [
+        agent("triage", "billing", "sales"),
+        agent("billing", "triage"),  # a circle: triage ↔ billing
+        agent("sales", sub_agents=("lookup", "elsewhere")),
+        agent("lookup"),
+    ]
+    order = [(a.name, sorted(ahead)) for a, ahead in apply_order(files)]
+    assert order == [
+        ("billing", ["triage"]),
+        ("lookup", []),
+        ("sales", []),
+        ("triage", []),
+    ]

@@ -316,3 +316,26 @@ def test_cli_apply_of_a_bad_file_sends_nothing(
 def test_the_wire_message_of_a_definition_is_checked() -> None:
     with pytest.raises(ValueError, match="definition: "):
         _wire.definition_message(AgentDefinition(max_iterations=2**40))
+
+
+def test_cli_apply_makes_a_circle_of_new_agents_in_two_steps(
+    fake: tuple[FakeAgents, Runs, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    agents, _, address = fake
+    path = tmp_path / "agents.toml"
+    path.write_text(
+        "[agents.triage]\nhandoffs = ['billing']\n[agents.billing]\nhandoffs = ['triage']\n"
+    )
+    assert main(["agents", "apply", str(path), "--server", address]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "created billing (version 1)",
+        "created triage (version 1)",
+        "billing: version 2",
+    ]
+    updates = [(r.name, list(r.definition.handoffs)) for n, r in agents.calls if n == "UpdateAgent"]
+    assert updates == [("billing", []), ("triage", ["billing"]), ("billing", ["triage"])]
+    assert main(["agents", "apply", str(path), "--server", address]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "billing: unchanged (version 2)",
+        "triage: unchanged (version 1)",
+    ]

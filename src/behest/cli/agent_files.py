@@ -112,6 +112,34 @@ def read_agent_files(paths: Sequence[Path]) -> list[AgentFile]:
     return found
 
 
+def apply_order(agents: Sequence[AgentFile]) -> list[tuple[AgentFile, frozenset[str]]]:
+    """The order to apply agents in: the agents one names (sub-agents, handoffs) before it,
+    else in the files' order; with each, the agents of the files it names that come only
+    after it (a circle: triage hands off to billing, billing back to triage)."""
+    by_name = {agent.name: agent for agent in agents}
+    order: list[AgentFile] = []
+    seen: set[str] = set()
+
+    def visit(agent: AgentFile) -> None:
+        if agent.name in seen:
+            return
+        seen.add(agent.name)
+        for named in (*agent.definition.sub_agents, *agent.definition.handoffs):
+            if named in by_name:
+                visit(by_name[named])
+        order.append(agent)
+
+    for agent in agents:
+        visit(agent)
+    done: set[str] = set()
+    result = []
+    for agent in order:
+        done.add(agent.name)
+        named = {*agent.definition.sub_agents, *agent.definition.handoffs}
+        result.append((agent, frozenset(n for n in named if n in by_name and n not in done)))
+    return result
+
+
 def _read(path: Path) -> list[AgentFile]:
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))

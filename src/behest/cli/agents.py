@@ -2,6 +2,10 @@
 VERSION`, `archive NAME`, and agents as files, `export REF…` (TOML on stdout) and `apply
 FILE…` (each agent created or updated, a new version only when its definition changed).
 
+`apply` reads every file before it sends anything, then applies the agents another one names
+(as a sub-agent or handoff target) before that one; new agents that name each other in a
+circle are made first without the names not made yet, then updated to what the files say.
+
 REF is "NAME" (the latest version), "NAME@VERSION" or "NAME@ALIAS". `--json` prints the
 reply's messages as JSON lines, as the other listing commands do (catalog.py).
 """
@@ -10,15 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from behest.cli.agent_files import AgentFileError, agents_toml, read_agent_files
+from behest.cli.agent_files import (
+    AgentFile,
+    AgentFileError,
+    agents_toml,
+    apply_order,
+    read_agent_files,
+)
 from behest.cli.catalog import as_json_line
 from behest.cli.formats import EXIT_OK, format_agent, format_agents, format_versions
-from behest.client import BehestClient, BehestError, VersionedAgent
+from behest.client import AgentDefinition, BehestClient, BehestError, NotFound, VersionedAgent
 
 ClientFactory = Callable[[argparse.Namespace], BehestClient]
 EXIT_ERROR = 2
@@ -180,18 +191,51 @@ def _apply(args: argparse.Namespace, client: ClientFactory) -> int:
 
     async def go() -> int:
         async with client(args) as behest:
-            for agent in agents:
-                try:
-                    done = await behest.update_agent(
-                        agent.name, agent.definition, allow_missing=True
-                    )
-                except BehestError as exc:
-                    print(f"error: {agent.name} ({agent.source}): {exc}", file=sys.stderr)
+            again: list[AgentFile] = []
+            for agent, ahead in apply_order(agents):
+                definition = agent.definition
+                if missing := await _missing(behest, ahead):
+                    # A circle of new agents: this one first without those not made yet.
+                    definition = _without(definition, missing)
+                    again.append(agent)
+                if not await _apply_one(behest, agent, definition):
                     return EXIT_ERROR
-                print(_applied(done))
+            for agent in again:
+                if not await _apply_one(behest, agent, agent.definition):
+                    return EXIT_ERROR
         return EXIT_OK
 
     return asyncio.run(go())
+
+
+async def _apply_one(behest: BehestClient, agent: AgentFile, definition: AgentDefinition) -> bool:
+    """UpdateAgent with allow_missing, and what it did; False (the error shown) if refused."""
+    try:
+        done = await behest.update_agent(agent.name, definition, allow_missing=True)
+    except BehestError as exc:
+        print(f"error: {agent.name} ({agent.source}): {exc}", file=sys.stderr)
+        return False
+    print(_applied(done))
+    return True
+
+
+async def _missing(behest: BehestClient, names: Iterable[str]) -> set[str]:
+    """The agents of `names` the server does not have."""
+    missing = set()
+    for name in names:
+        try:
+            await behest.get_agent(name)
+        except NotFound:
+            missing.add(name)
+    return missing
+
+
+def _without(definition: AgentDefinition, names: set[str]) -> AgentDefinition:
+    return dataclasses.replace(
+        definition,
+        sub_agents=tuple(n for n in definition.sub_agents if n not in names),
+        handoffs=tuple(n for n in definition.handoffs if n not in names),
+    )
 
 
 def _applied(done: VersionedAgent) -> str:
