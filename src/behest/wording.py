@@ -42,7 +42,8 @@ def _context_built(p: Any) -> str:
 
 
 def _model_started(p: Any) -> str:
-    return f"· model call: {p.model}, iteration {p.iteration}"
+    agent = f" ({p.agent_name}@{p.agent_version})" if p.agent_name else ""
+    return f"· model call: {p.model}, iteration {p.iteration}{agent}"
 
 
 def _tool_call_started(p: Any) -> str:
@@ -182,6 +183,11 @@ def _retry(p: Any) -> str:
     return f"↻ {p.tool_name} runs again as attempt {p.next_attempt}{why}"
 
 
+def _handoff(p: Any) -> str:
+    why = f": {p.reason}" if p.reason else ""
+    return f"⇄ handed off from {p.from_agent}@{p.from_version} to {p.to_agent}@{p.to_version}{why}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -216,6 +222,7 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "tool_outcome_unknown": _outcome_unknown,
     "tool_execution_reconciled": _reconciled,
     "tool_retry_scheduled": _retry,
+    "handoff": _handoff,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})

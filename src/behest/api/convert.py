@@ -24,7 +24,7 @@ from behest.domain.runs import FinishReason, Reasoning, Run, RunOutput, RunStatu
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, RunBudget, TokenUsage, UsageReport
-from behest.domain.waits import PendingCall
+from behest.domain.waits import PendingCall, WaitOptions
 
 
 def _finish_reason(value: FinishReason) -> pb_common.FinishReason.ValueType:
@@ -121,6 +121,7 @@ _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in ev.KINDS}
 
 
 def run_record(run: Run) -> pb.RunRecord:
+    current = run.agent.current(run.current_agent) if run.agent else None
     return pb.RunRecord(
         id=run.id,
         session_id=run.session_id,
@@ -134,14 +135,7 @@ def run_record(run: Run) -> pb.RunRecord:
         tools=list(run.tools),
         max_iterations=run.max_iterations,
         tool_choice=run.tool_choice,
-        client_tools=[
-            pb_common.ToolSpec(
-                name=t.name,
-                description=t.description,
-                parameters_schema=json.dumps(t.parameters_schema, separators=(",", ":")),
-            )
-            for t in run.waits.client_tools
-        ],
+        client_tools=tool_specs(run.waits),
         approval_required_tools=list(run.waits.approval_required_tools),
         approve_side_effects=run.waits.approve_side_effects,
         approval_timeout_s=run.waits.approval_timeout_s,
@@ -155,7 +149,23 @@ def run_record(run: Run) -> pb.RunRecord:
         allow_sub_agents=run.allow_sub_agents,
         response_format=response_format(run.response_format),
         reasoning=reasoning(run.reasoning),
+        agent_name=run.agent.name if run.agent else "",
+        agent_version=run.agent.version if run.agent else 0,
+        current_agent=current.name if current else "",
+        current_agent_version=current.version if current else 0,
     )
+
+
+def tool_specs(waits: WaitOptions) -> list[pb_common.ToolSpec]:
+    """Client tools as declared, their schemas as compact JSON text."""
+    return [
+        pb_common.ToolSpec(
+            name=t.name,
+            description=t.description,
+            parameters_schema=json.dumps(t.parameters_schema, separators=(",", ":")),
+        )
+        for t in waits.client_tools
+    ]
 
 
 def reasoning(value: Reasoning | None) -> pb.Reasoning | None:

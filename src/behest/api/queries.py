@@ -7,9 +7,11 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
+from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as pb_session
 from behest.api.fields import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, page_limit, uuid_field
+from behest.domain.agents import NAME as AGENT_NAME
 from behest.domain.runs import RunFilter, RunStatus
 from behest.errors import InvalidArgument, quote
 
@@ -25,9 +27,7 @@ MAX_SEQUENCE = 2**63 - 1
 
 def run_query(request: pb.ListRunsRequest) -> RunFilter:
     """Validate ListRuns filters and pagination (limit defaults to 100, at most 100)."""
-    limit = request.pagination.limit or LIST_LIMIT_DEFAULT
-    if limit > LIST_LIMIT_MAX:
-        raise InvalidArgument(f"pagination.limit must be at most {LIST_LIMIT_MAX}, got {limit}")
+    limit, offset = page(request.pagination)
     status: RunStatus | None = None
     if request.status:
         try:
@@ -35,9 +35,28 @@ def run_query(request: pb.ListRunsRequest) -> RunFilter:
         except ValueError:
             raise InvalidArgument(f"status {request.status} is not a RunStatus value") from None
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
+    if request.agent_version and not request.agent:
+        raise InvalidArgument("agent_version needs agent: the name of the agent")
+    if request.agent:
+        # The name's form only: an unknown agent lists no runs.
+        if not AGENT_NAME.fullmatch(request.agent):
+            raise InvalidArgument(f"agent must be an agent's name; got {quote(request.agent)}")
     return RunFilter(
-        session_id=session_id, status=status, limit=limit, offset=request.pagination.offset
+        session_id=session_id,
+        status=status,
+        limit=limit,
+        offset=offset,
+        agent=request.agent,
+        agent_version=request.agent_version,
     )
+
+
+def page(pagination: pb_common.Pagination) -> tuple[int, int]:
+    """A list's limit (default 100, at most 100) and offset."""
+    limit = pagination.limit or LIST_LIMIT_DEFAULT
+    if limit > LIST_LIMIT_MAX:
+        raise InvalidArgument(f"pagination.limit must be at most {LIST_LIMIT_MAX}, got {limit}")
+    return limit, pagination.offset
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

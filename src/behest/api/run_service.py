@@ -9,11 +9,11 @@ import grpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.admission import Admission
+from behest.api.agent_requests import agent_run_request
 from behest.api.answers import approval_answers, cancel_reason, tool_results
 from behest.api.auth import current_caller
 from behest.api.fields import uuid_field
 from behest.api.queries import events_query, run_query
-from behest.api.requests import run_request
 from behest.domain.waits import WaitKind
 from behest.observability.trace_context import traceparent_in
 from behest.runs.operations import Operations
@@ -35,7 +35,7 @@ class RunServicer:
         caller = current_caller()
         await self._runs.know_workers(caller)
         limits = self._admission.request_limits(caller.tenant)
-        run = run_request(request, limits, self._runs, tenant=caller.tenant)
+        run = await agent_run_request(request, limits, self._runs, self._runs.agents, caller)
         self._admission.take_creation(caller.tenant)
         created = await self._runs.create(caller, run, traceparent=traceparent(context))
         return pb.CreateRunResponse(run_id=created.run.id, session_id=created.run.session_id)
@@ -46,7 +46,7 @@ class RunServicer:
         caller = current_caller()
         await self._runs.know_workers(caller)
         limits = self._admission.request_limits(caller.tenant)
-        run = run_request(request, limits, self._runs, tenant=caller.tenant)
+        run = await agent_run_request(request, limits, self._runs, self._runs.agents, caller)
         self._admission.take_creation(caller.tenant)
         events = self._runs.create_and_follow(caller, run, traceparent=traceparent(context))
         async for event in events:

@@ -9,8 +9,16 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from behest._proto.agent.v1 import catalog_pb2, execution_pb2, run_pb2, session_pb2, worker_pb2
+from behest._proto.agent.v1 import (
+    agent_pb2,
+    catalog_pb2,
+    execution_pb2,
+    run_pb2,
+    session_pb2,
+    worker_pb2,
+)
 from behest.api.admission import Admission
+from behest.api.agent_service import AgentServicer
 from behest.api.auth import Authenticator, AuthInterceptor
 from behest.api.catalog_service import ProviderServicer, ToolServicer
 from behest.api.compaction_service import CompactionServicer
@@ -34,6 +42,7 @@ SERVICES = (
     "agent.v1.ProviderService",
     "agent.v1.ToolExecutionService",
     "agent.v1.WorkerService",
+    "agent.v1.AgentService",
 )
 
 
@@ -50,6 +59,7 @@ def agent_services(runs: Operations, admission: Admission) -> dict[str, list[Gua
         (catalog_pb2, "ProviderService", ProviderServicer(runs)),
         (execution_pb2, "ToolExecutionService", ToolExecutionServicer(runs)),
         (worker_pb2, "WorkerService", WorkerServicer(runs)),
+        (agent_pb2, "AgentService", AgentServicer(runs, admission)),
     ]
     services = {}
     for module, name, servicer in servicers:

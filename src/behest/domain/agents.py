@@ -11,11 +11,11 @@ reach (its pins), so what happens to the agent later changes nothing for it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import Reasoning, RunRequest, ToolChoice
+from behest.domain.runs import Reasoning, Run, RunRequest, ToolChoice
 from behest.domain.spend import RunBudget
 from behest.domain.waits import WaitOptions
 
@@ -52,6 +52,22 @@ class AgentDefinition:
     def named(self) -> tuple[str, ...]:
         """The other agents it names, sub-agents first, each once."""
         return tuple(dict.fromkeys((*self.sub_agents, *self.handoffs)))
+
+    def governs(self, run: Run) -> Run:
+        """The run as this agent takes it over (a handoff): its instructions, provider,
+        model, tools and their options; the run's own budget, limits and session stay."""
+        return replace(
+            run,
+            provider=self.provider,
+            model=self.model,
+            instructions=self.instructions,
+            tools=self.tools,
+            tool_choice=self.tool_choice,
+            waits=self.waits,
+            response_format=self.response_format,
+            reasoning=self.reasoning,
+            allow_sub_agents=self.allow_sub_agents,
+        )
 
     def request(self, *, input: str, base: RunRequest) -> RunRequest:
         """A RunRequest for a run of this definition, with `base`'s other fields (the
@@ -116,9 +132,7 @@ class AgentRef:
 
 def check_name(name: str, what: str = "name") -> str:
     if not NAME.fullmatch(name):
-        raise ValueError(
-            f"{what} must be 1 to 48 letters, digits, '_' or '-' (got {name[:80]!r})"
-        )
+        raise ValueError(f"{what} must be 1 to 48 letters, digits, '_' or '-' (got {name[:80]!r})")
     return name
 
 
@@ -132,7 +146,7 @@ def check_alias(alias: str) -> str:
 
 
 def parse_ref(text: str, what: str = "agent") -> AgentRef:
-    """"NAME", "NAME@VERSION" or "NAME@ALIAS"; ValueError naming `what` otherwise."""
+    """ "NAME", "NAME@VERSION" or "NAME@ALIAS"; ValueError naming `what` otherwise."""
     name, at, rest = text.strip().partition("@")
     check_name(name, what)
     if not at:

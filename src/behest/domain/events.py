@@ -20,6 +20,9 @@ class RunStarted:
     model: str
     # The run's content parts as references (no bytes); () for a plain text input.
     content: tuple[ContentPart, ...] = ()
+    # The stored agent the run is of, and the version it resolved to ("" and 0: none).
+    agent_name: str = ""
+    agent_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,9 @@ class ModelStarted:
     provider: str
     model: str
     iteration: int
+    # The agent making the call, after a handoff the target ("" and 0: a run of none).
+    agent_name: str = ""
+    agent_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +244,18 @@ class ToolRetryScheduled:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The run goes on under another agent from its next model call (a transfer_to_ call)."""
+
+    call_id: str
+    from_agent: str
+    from_version: int
+    to_agent: str
+    to_version: int
+    reason: str = ""
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -270,6 +288,7 @@ Payload = (
     | ToolOutcomeUnknown
     | ToolExecutionReconciled
     | ToolRetryScheduled
+    | Handoff
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -306,6 +325,7 @@ KINDS: dict[type[Payload], str] = {
     ToolOutcomeUnknown: "tool_outcome_unknown",
     ToolExecutionReconciled: "tool_execution_reconciled",
     ToolRetryScheduled: "tool_retry_scheduled",
+    Handoff: "handoff",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

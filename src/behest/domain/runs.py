@@ -83,6 +83,12 @@ class RunAgent:
         """The version of `name` this run uses (0: not one it may reach)."""
         return dict(self.pins).get(name, 0)
 
+    def current(self, current_agent: str) -> RunAgent:
+        """The agent the run is under (`current_agent`: after handoffs; "": its own)."""
+        if not current_agent or current_agent == self.name:
+            return self
+        return RunAgent(current_agent, self.pinned(current_agent), self.pins)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest:

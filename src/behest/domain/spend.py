@@ -146,6 +146,20 @@ class RunBudget:
     max_wall_seconds: int = 0
     max_cost: Decimal | None = None
 
+    def within(self, other: RunBudget) -> RunBudget:
+        """Each limit the tighter of this budget's and `other`'s (unset: the other's)."""
+
+        def least(a: int, b: int) -> int:
+            return min(a, b) if a and b else a or b
+
+        costs = [c for c in (self.max_cost, other.max_cost) if c is not None]
+        return RunBudget(
+            max_tokens=least(self.max_tokens, other.max_tokens),
+            max_tool_calls=least(self.max_tool_calls, other.max_tool_calls),
+            max_wall_seconds=least(self.max_wall_seconds, other.max_wall_seconds),
+            max_cost=min(costs) if costs else None,
+        )
+
     def over(self, defaults: RunBudget) -> RunBudget:
         """This budget with its unset limits taken from `defaults` (a tenant's)."""
         return RunBudget(

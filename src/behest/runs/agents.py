@@ -8,6 +8,7 @@ the tenant, a sub-agent's name is no server tool's, no agent hands off to itself
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -15,6 +16,7 @@ from behest.domain.agents import MAX_REACHABLE, Agent, AgentDefinition, AgentRef
 from behest.domain.callers import Caller
 from behest.domain.runs import RunAgent
 from behest.errors import FailedPrecondition, InvalidArgument, NotFound, quote
+from behest.store.agent_store import PutMode
 from behest.store.base import Store
 
 
@@ -43,7 +45,7 @@ class AgentCatalog:
         """A new version unless the latest holds this definition (then `changed` is False);
         NotFound for an unknown agent unless `allow_missing`, FailedPrecondition if archived."""
         await self._check_named(caller.tenant, name, definition)
-        mode = "upsert" if allow_missing else "update"
+        mode: PutMode = "upsert" if allow_missing else "update"
         return await self._store.put_agent_version(
             caller.tenant, name, definition, by=caller.principal, now=_now(), mode=mode
         )
@@ -63,14 +65,14 @@ class AgentCatalog:
 
     async def list(
         self, caller: Caller, *, limit: int, offset: int, include_archived: bool = False
-    ) -> list[Agent]:
+    ) -> builtins.list[Agent]:
         return await self._store.list_agents(
             caller.tenant, limit=limit, offset=offset, include_archived=include_archived
         )
 
     async def versions(
         self, caller: Caller, name: str, *, limit: int, offset: int
-    ) -> list[AgentVersion]:
+    ) -> builtins.list[AgentVersion]:
         """The agent's versions, newest first."""
         await self._agent(caller.tenant, name)
         return await self._store.agent_versions(caller.tenant, name, limit=limit, offset=offset)
@@ -138,7 +140,10 @@ class AgentCatalog:
     async def _check_named(self, tenant: str, name: str, definition: AgentDefinition) -> None:
         """The agents a definition names exist; sub-agents are named like no tool."""
         tools = set(self._tool_names(tenant))
-        for field, names in (("sub_agents", definition.sub_agents), ("handoffs", definition.handoffs)):
+        for field, names in (
+            ("sub_agents", definition.sub_agents),
+            ("handoffs", definition.handoffs),
+        ):
             for i, named in enumerate(names):
                 where = f"definition.{field}[{i}]"
                 if named == name and field == "handoffs":

@@ -9,6 +9,7 @@ from behest.domain.runs import Run
 from behest.domain.spend import TenantSpend
 from behest.events.run_log import RunLog
 from behest.providers.registry import ProviderRegistry
+from behest.runs.agent_tools import agent_tools
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
 from behest.runs.loop import AgentLoop, LoopLimits
@@ -46,7 +47,10 @@ class LoopBuilder:
 
     async def loop(self, run: Run, run_log: RunLog, transcript: list[Message] | None) -> AgentLoop:
         """The run's loop, with compaction as configured now (later updates: later runs).
-        Raises InvalidArgument if the run's provider is no longer configured."""
+        Raises InvalidArgument if the run's provider is no longer configured. A run of a
+        stored agent is under its current agent (after handoffs), with its sub-agents and
+        handoffs (runs/agent_tools.py)."""
+        run, agents = await agent_tools(self._store, run)
         return AgentLoop(
             run=run,
             log=run_log,
@@ -60,6 +64,7 @@ class LoopBuilder:
             spend_limits=self._spend_limits(run.tenant),
             sub_runs=self._sub_runs,
             workers=self._workers,
+            agents=agents,
         )
 
     async def _tools_of(self, run: Run) -> ToolRegistry:

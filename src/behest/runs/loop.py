@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from behest.domain import events as ev
+from behest.domain.agents import AgentVersion
 from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus
 from behest.domain.snapshots import Snapshot
@@ -23,6 +24,7 @@ from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
 from behest.providers.retry import reason, with_retries
 from behest.runs import compaction, structured
+from behest.runs.agent_tools import AgentTools, HandedOff
 from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
@@ -83,9 +85,11 @@ class AgentLoop:
         spend_limits: TenantSpend | None = None,
         sub_runs: SubRuns | None = None,
         workers: WorkerHub | None = None,
+        agents: AgentTools | None = None,
     ) -> None:
         """`transcript`: the session's messages, when the caller knows them (a new session);
-        `workers`: this process's side of worker tools (runs/worker_hub.py)."""
+        `workers`: this process's side of worker tools (runs/worker_hub.py); `agents`: the
+        sub-agents and handoffs of the stored agent the run is under (runs/agent_tools.py)."""
         self._run = run
         self._log = log
         self._store = store
@@ -94,10 +98,17 @@ class AgentLoop:
         self._retry = provider_config.retry
         self._prices = provider_config.model_info(run.model).prices
         self._metrics = current().metrics
-        self._tools = tools
         self._max_iterations = run.max_iterations or limits.max_iterations
-        self._sub_runs = sub_runs if sub_runs is not None and sub_runs.offered_to(run) else None
-        self._offered = offered(run, tools, sub_agents=self._sub_runs is not None)
+        self._children = sub_runs if sub_runs is not None and sub_runs.may_start(run) else None
+        self._sub_runs = sub_runs if self._children and run.allow_sub_agents else None
+        self._agents = agents
+        if agents is not None:
+            tools = agents.registry(tools, self._spawn if self._children is not None else None)
+            self.progress.child_tools |= agents.sub_agents()
+        self._tools = tools
+        self._offered = offered(
+            run, tools, sub_agents=self._sub_runs is not None, more=agents.offered if agents else ()
+        )
         self._waits = Waits(
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
@@ -148,7 +159,7 @@ class AgentLoop:
             store=self._store,
         )
 
-    async def run(self, snapshot: Snapshot | None = None) -> Outcome | Waiting:
+    async def run(self, snapshot: Snapshot | None = None) -> Outcome | Waiting | HandedOff:
         """Run to the final answer, or until the run waits for answers from outside; with a
         snapshot, go on from where an interrupted or waiting run was."""
         progress = self.progress
@@ -192,6 +203,9 @@ class AgentLoop:
             waiting = await self._calls.run(turn.calls, await self._waits.results(turn.calls))
             if waiting is not None:
                 return waiting
+            handed = await self._handed_off(turn.calls)
+            if handed is not None:
+                return handed
 
     async def _start(self) -> None:
         """Start a run created without its first step (CreateRun normally commits it)."""
@@ -204,7 +218,7 @@ class AgentLoop:
         )
         self.progress.remember(user)
 
-    async def _resume(self, snapshot: Snapshot) -> Outcome | Waiting | None:
+    async def _resume(self, snapshot: Snapshot) -> Outcome | Waiting | HandedOff | None:
         """Pick up after a crash, a shutdown or a wait: repeat an interrupted model call,
         finish the tool calls of the last answer (re-running one that was executing only if
         idempotent; holding those that wait for an answer, until it came).
@@ -239,7 +253,7 @@ class AgentLoop:
             waiting = await self._waits.resolve(calls)
         if waiting is not None:
             return waiting
-        return await self._finish_calls(calls, snapshot)
+        return await self._finish_calls(calls, snapshot) or await self._handed_off(calls)
 
     async def _final(self, answer: str) -> Outcome | None:
         """The model answered without tool calls: how the run ends, unless the answer does not
@@ -331,12 +345,19 @@ class AgentLoop:
             await self._log.emit(ev.UsageRecorded(summary.usage, summary.cost))
             await self._budget.after_usage()
 
-    async def _spawn(self, call: ToolCall) -> ToolResult:
-        """A `spawn_agent` call: a child run, waited for; its spend counts against ours."""
-        assert self._sub_runs is not None
+    async def _handed_off(self, calls: list[ToolCall]) -> HandedOff | None:
+        """The run goes on under another agent if the turn handed it over."""
+        if self._agents is None:
+            return None
+        return await self._agents.handoff(calls, self.progress, self._log)
+
+    async def _spawn(self, call: ToolCall, agent: AgentVersion | None = None) -> ToolResult:
+        """A `spawn_agent` call, or a sub-agent's (`agent`): a child run, waited for; its
+        spend counts against ours."""
+        assert self._children is not None
         started, left = self.progress.spawn_number(call.id), self._budget.left()
-        result, child = await self._sub_runs.run_child(
-            self._run, call, self._log, started=started, left=left
+        result, child = await self._children.run_child(
+            self._run, call, self._log, started=started, left=left, agent=agent
         )
         if child is not None:
             self.progress.count_child(child)

@@ -63,13 +63,18 @@ class ModelAttempts:
         self._telemetry = current()
         self._metrics = self._telemetry.metrics
         self._model_call = ModelCall(self._metrics, run.provider, run.model)
+        agent = run.agent.current(run.current_agent) if run.agent else None
+        # The agent its calls are made by (ModelStarted), after a handoff the target.
+        self._agent = (agent.name, agent.version) if agent else ("", 0)
 
     async def attempt(self, attempt: int) -> Turn:
         """One attempt of a model call, announced by its own ModelStarted."""
         allowed = await self._budget.before_call(self._max_output_tokens)
         self._progress.model_calls += 1
         await self._log.emit(
-            ev.ModelStarted(self._run.provider, self._run.model, self._progress.iteration),
+            ev.ModelStarted(
+                self._run.provider, self._run.model, self._progress.iteration, *self._agent
+            ),
             state=self._progress.state(RunStatus.CALLING_MODEL),
         )
         with span("behest.model_call", self._call_attributes(attempt, allowed)) as call_span:

@@ -29,6 +29,7 @@ from behest.errors import FailedPrecondition, InvalidArgument, NotFound, Permiss
 from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs import catalog
+from behest.runs.agents import AgentCatalog
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.stream import follow
@@ -68,6 +69,8 @@ class Operations(ToolOperations):
     ) -> None:
         self._store = store
         self._tickets = StreamTickets(store, ttl_s=stream_ticket_ttl_s)
+        # The tenants' agents (AgentService, runs of an agent, the inspector).
+        self.agents = AgentCatalog(store, tool_names=self.tool_names)
         self._approver_role = approver_role
         self._reconciler_role = reconciler_role
         self._workers = workers

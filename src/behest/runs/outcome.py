@@ -13,6 +13,7 @@ from behest.domain.spend import FailureCode
 from behest.errors import BehestError
 from behest.events.run_log import RunLog
 from behest.observability.trace_context import current_trace_ids
+from behest.runs.agent_tools import HandedOff
 from behest.runs.builder import LoopBuilder
 from behest.runs.ending import Ending
 from behest.runs.owned import OwnedRun
@@ -44,6 +45,10 @@ async def outcome(
         loop = await builder.loop(run, run_log, transcript)
         progress = loop.progress
         outcome = await loop.run(snapshot)
+        while isinstance(outcome, HandedOff):  # the run goes on under another agent
+            loop = await builder.loop(outcome.run, run_log, None)
+            progress = loop.progress
+            outcome = await loop.run(outcome.snapshot)
         if isinstance(outcome, Waiting) and not handle.cancel_requested:
             handle.decided = RunStatus.WAITING_FOR_INPUT
             return outcome, progress

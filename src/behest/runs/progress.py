@@ -40,6 +40,8 @@ class RunProgress:
         self.children_cost = Decimal(0)
         self.finish_reason = FinishReason.UNSPECIFIED
         self.executing: set[str] = set()
+        # The tools whose calls start child runs: spawn_agent, and its agent's sub-agents.
+        self.child_tools: set[str] = {SPAWN_TOOL}
 
     async def load(self, store: Store) -> None:
         """Read the session's transcript (unless known) and find the next free position."""
@@ -71,8 +73,10 @@ class RunProgress:
             self.cost += cost
 
     def spawn_number(self, call_id: str) -> int:
-        """Which of this run's spawn_agent calls `call_id` is (1-based; the next if new)."""
-        spawns = [c.id for m in self.mine() for c in m.tool_calls if c.name == SPAWN_TOOL]
+        """Which of this run's calls that start a child `call_id` is (1-based; the next if
+        new)."""
+        names = self.child_tools
+        spawns = [c.id for m in self.mine() for c in m.tool_calls if c.name in names]
         return spawns.index(call_id) + 1 if call_id in spawns else len(spawns) + 1
 
     def count_child(self, child: Run) -> None:

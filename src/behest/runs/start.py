@@ -18,7 +18,8 @@ from behest.store.writes import AppendEvent, AppendMessage, Fence, PutSnapshot, 
 def run_started(run: Run, content: tuple[ContentPart, ...] = ()) -> ev.RunStarted:
     """RunStarted; the run's content parts as references (never their bytes)."""
     references = tuple(part.reference() for part in content)
-    return ev.RunStarted(run.session_id, run.provider, run.model, references)
+    agent = (run.agent.name, run.agent.version) if run.agent else ("", 0)
+    return ev.RunStarted(run.session_id, run.provider, run.model, references, *agent)
 
 
 def user_message(run: Run, position: int, content: tuple[ContentPart, ...] = ()) -> Message:

@@ -15,14 +15,16 @@ starting another: the tool is idempotent. Cancelling the parent cancels its chil
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
 from behest.domain import events as ev
+from behest.domain.agents import AgentVersion
 from behest.domain.messages import Role, ToolCall, ToolDefinition
-from behest.domain.runs import CreatedRun, Run, RunRequest, RunStatus
+from behest.domain.runs import CreatedRun, Run, RunAgent, RunRequest, RunStatus
 from behest.domain.spend import RunBudget
 from behest.errors import BehestError, InvalidArgument
 from behest.events.log import EventLog
@@ -87,7 +89,11 @@ class SubRuns:
         self.spawner: Spawner | None = None  # the executor, once it exists (app.py)
 
     def offered_to(self, run: Run) -> bool:
-        return run.allow_sub_agents and run.depth < self.limits.max_depth
+        return run.allow_sub_agents and self.may_start(run)
+
+    def may_start(self, run: Run) -> bool:
+        """Whether the run may start children (spawn_agent's or its agent's sub-agents')."""
+        return run.depth < self.limits.max_depth
 
     @staticmethod
     def definition() -> ToolDefinition:
@@ -102,17 +108,29 @@ class SubRuns:
         return tokens, cost
 
     async def run_child(
-        self, parent: Run, call: ToolCall, log: RunLog, *, started: int, left: RunBudget
+        self,
+        parent: Run,
+        call: ToolCall,
+        log: RunLog,
+        *,
+        started: int,
+        left: RunBudget,
+        agent: AgentVersion | None = None,
     ) -> tuple[ToolResult, Run | None]:
         """Start (or find) the call's child run and wait for its end; the call's result, and
-        the child as it ended. `started`: the parent's spawn calls so far, this one included."""
+        the child as it ended. `started`: the parent's child calls so far, this one included;
+        `agent`: the stored agent's version the child is of (a sub-agent's call), else the
+        call is spawn_agent's."""
         arguments, problem = ToolRegistry.check_against(call, SCHEMA)
-        if problem:
+        if problem and agent is None:
             return ToolResult(problem, is_error=True), None
         if started > self.limits.max_children:
             return _error(f"this run may start at most {self.limits.max_children} sub-agents"), None
         try:
-            request = self._request(parent, call, arguments, left)
+            if agent is None:
+                request = self._request(parent, call, arguments, left)
+            else:
+                request = self._agent_request(parent, call, agent, left)
             assert self.spawner is not None, "SubRuns.spawner is set at start-up"
             created = await self.spawner.create(
                 request, tenant=parent.tenant, traceparent=parent.traceparent
@@ -151,6 +169,30 @@ class SubRuns:
             parent_run_id=parent.id,
             depth=parent.depth + 1,
         )
+
+    def _agent_request(
+        self, parent: Run, call: ToolCall, agent: AgentVersion, left: RunBudget
+    ) -> RunRequest:
+        """A child of a sub-agent's pinned version: its definition, the call's input, the
+        parent's pins, the tighter of the parent's budget left and the definition's."""
+        definition = agent.definition
+        self._check_model(definition.provider, definition.model)
+        unknown = sorted(set(definition.tools) - set(self._tool_names()))
+        if unknown:
+            raise InvalidArgument(f"unknown tool {unknown[0]!r}")
+        pins = parent.agent.pins if parent.agent is not None else ()
+        base = RunRequest(
+            session_id=None,
+            provider="",
+            model="",
+            input="",
+            client_request_id=f"sub-run:{parent.id}:{call.id}",
+            budget=left.within(definition.budget),
+            parent_run_id=parent.id,
+            depth=parent.depth + 1,
+            agent=RunAgent(agent.name, agent.version, pins),
+        )
+        return definition.request(input=json.loads(call.arguments)["input"], base=base)
 
     async def _result(self, child: Run) -> ToolResult:
         if child.status == RunStatus.COMPLETED:

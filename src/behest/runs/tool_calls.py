@@ -279,12 +279,15 @@ class ToolRunner:
         progress.remember(message)
 
 
-def offered(run: Run, tools: ToolRegistry, *, sub_agents: bool) -> frozenset[str]:
+def offered(
+    run: Run, tools: ToolRegistry, *, sub_agents: bool, more: Collection[str] = ()
+) -> frozenset[str]:
     """Tools offered to the run's model: tool_choice "none" offers none, a tool's name all
-    the run may use (spawn_agent too when it may start sub-agent runs)."""
+    the run may use (spawn_agent too when it may start sub-agent runs; `more`: its agent's
+    sub-agents and handoffs, runs/agent_tools.py)."""
     if run.tool_choice == ToolChoice.NONE:
         return frozenset()
-    allowed = list(run.tools) or tools.names()
+    allowed = [*(run.tools or tools.names()), *more]
     if sub_agents:
         allowed.append(SPAWN_TOOL)
     return frozenset(allowed)

@@ -19,6 +19,7 @@ from behest.domain.tickets import StreamTicket
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.domain.workers import ResultRefused, Task, TaskResult, TaskState, WorkerRecord
 from behest.errors import StorageFault
+from behest.store.agent_store import AgentStore
 from behest.store.writes import BatchResult, NewRun, Write
 
 
@@ -42,7 +43,7 @@ class NodeRecord:
     pid: int
 
 
-class Store(Protocol):
+class Store(AgentStore, Protocol):
     """Sessions, messages, runs, events, snapshots, idempotency keys and compaction state.
 
     Text handed to the store never contains NUL (PostgreSQL cannot store it): the API rejects

@@ -50,6 +50,14 @@ class SetRunOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class SetRunAgent:
+    """A handoff: the run goes on under another agent it may reach (its pins)."""
+
+    run_id: str
+    agent: str
+
+
+@dataclass(frozen=True, slots=True)
 class PutSnapshot:
     snapshot: Snapshot
 
@@ -143,6 +151,7 @@ Write = (
     | AppendMessage
     | UpdateRun
     | SetRunOutput
+    | SetRunAgent
     | PutSnapshot
     | DeleteSnapshot
     | ClearToolResults

@@ -273,4 +273,5 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         **run_rows.budget_to_columns(request.budget),
         **run_rows.response_format_to_columns(request.response_format),
         **run_rows.reasoning_to_columns(request.reasoning),
+        **run_rows.agent_to_columns(request.agent),
     }

@@ -10,7 +10,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from behest.domain.output import ResponseFormat
-from behest.domain.runs import Cancel, FinishReason, Reasoning, Run, RunStatus
+from behest.domain.runs import Cancel, FinishReason, Reasoning, Run, RunAgent, RunStatus
 from behest.domain.spend import CancelSource, FailureCode, RunBudget
 from behest.domain.waits import ClientTool, WaitOptions
 from behest.store.sql.rows import money_from_row, usage_from_row, utc
@@ -80,7 +80,33 @@ def run_from_row(row: Any) -> Run:
         response_format=response_format_from_row(row),
         output=row.output,
         reasoning=reasoning_from_row(row),
+        agent=agent_from_row(row),
+        current_agent=row.current_agent,
     )
+
+
+NO_AGENT_COLUMNS: Mapping[str, Any] = MappingProxyType(
+    {"agent_name": "", "agent_version": 0, "agent_pins": "{}", "current_agent": ""}
+)
+
+
+def agent_to_columns(agent: RunAgent | None) -> Mapping[str, Any]:
+    """The runs columns of the agent a new run is of ('' and 0: none)."""
+    if agent is None:
+        return NO_AGENT_COLUMNS
+    return {
+        "agent_name": agent.name,
+        "agent_version": agent.version,
+        "agent_pins": json.dumps(dict(agent.pins), separators=(",", ":"), sort_keys=True),
+        "current_agent": "",
+    }
+
+
+def agent_from_row(row: Any) -> RunAgent | None:
+    if not row.agent_name:
+        return None
+    pins = json.loads(row.agent_pins)
+    return RunAgent(row.agent_name, row.agent_version, tuple(sorted(pins.items())))
 
 
 def response_format_to_columns(value: ResponseFormat | None) -> Mapping[str, Any]:

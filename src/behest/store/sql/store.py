@@ -35,6 +35,7 @@ from behest.store.sql import (
     waits,
 )
 from behest.store.sql import tables as t
+from behest.store.sql.agents import AgentsInSql
 from behest.store.sql.creation import fresh_statement, get_run, is_fresh
 from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.executions import ToolExecutionsInSql
@@ -50,7 +51,7 @@ SMALL_BATCH_ROWS = 16
 CREATION_ROWS = 5
 
 
-class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql):
+class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSql):
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
     def __init__(

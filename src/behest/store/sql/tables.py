@@ -118,10 +118,18 @@ runs = sa.Table(
     # thinking budget (0 none).
     sa.Column("reasoning_effort", sa.String(16), nullable=False, server_default=""),
     sa.Column("reasoning_budget_tokens", sa.Integer, nullable=False, server_default="0"),
+    # Agents (migration 0019): the agent and version it resolved to ('' and 0: none), the
+    # versions of the agents it may reach (a JSON object), the agent it is under now.
+    sa.Column("agent_name", sa.String(64), nullable=False, server_default=""),
+    sa.Column("agent_version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("agent_pins", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("current_agent", sa.String(64), nullable=False, server_default=""),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.
     sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
+    # ListRuns of an agent (or a version of it).
+    sa.Index("ix_runs_agent", "tenant", "agent_name", "agent_version", "created_at"),
     # child_runs: one parent's children in order. Only runs with a parent are in it, so the
     # creation of the others (nearly all) does not write to it.
     sa.Index(

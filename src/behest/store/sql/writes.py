@@ -32,6 +32,7 @@ from behest.store.writes import (
     RecordExecution,
     ReleaseRun,
     RequestInput,
+    SetRunAgent,
     SetRunOutput,
     UpdateRun,
     Write,
@@ -78,6 +79,11 @@ _SET_OUTPUTS = (
     .where(t.runs.c.id == sa.bindparam("b_id"), *(t.runs.c.status != s for s in TERMINAL))
     .values(output=sa.bindparam("b_output"))
 )
+_SET_AGENTS = (
+    sa.update(t.runs)
+    .where(t.runs.c.id == sa.bindparam("b_id"), *(t.runs.c.status != s for s in TERMINAL))
+    .values(current_agent=sa.bindparam("b_agent"))
+)
 _END_SESSIONS_RUNS = (
     sa.update(t.sessions)
     .where(t.sessions.c.active_run_id.in_(sa.bindparam("b_ended", expanding=True)))
@@ -121,6 +127,7 @@ class _Rows:
     releases: list[dict[str, Any]] = field(default_factory=list)
     expiries: list[tuple[str, str]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    agents: list[dict[str, Any]] = field(default_factory=list)  # handoffs
     records: list[RecordExecution] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)
 
@@ -143,6 +150,8 @@ def _sorted(writes: list[Write]) -> _Rows:
                     rows_of.run_updates[write.run_id] = write
             case SetRunOutput(run_id, output):
                 rows_of.outputs.append({"b_id": run_id, "b_output": output})
+            case SetRunAgent(run_id, agent):
+                rows_of.agents.append({"b_id": run_id, "b_agent": agent})
             case PutSnapshot(saved):
                 rows_of.snapshots[saved.run_id] = saved
             case DeleteSnapshot(run_id):
@@ -178,6 +187,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     _execute(conn, _INSERT_PENDING_CALLS, r.calls)
     # Before the runs' updates: a step that ends a run may carry its output.
     _execute(conn, _SET_OUTPUTS, r.outputs)
+    _execute(conn, _SET_AGENTS, r.agents)
     update_runs(conn, list(r.run_updates.values()))
     _execute(conn, _RELEASE_RUNS, r.releases)
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.
