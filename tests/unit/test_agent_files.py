@@ -185,3 +185,10 @@ def test_agents_are_applied_after_the_agents_they_name() -> None:
         ("sales", []),
         ("triage", []),
     ]
+
+
+def test_a_settings_tables_tenant_is_refused_by_apply(tmp_path: Path) -> None:
+    path = tmp_path / "behest.toml"
+    path.write_text('[agents.support]\ntenant = "acme"\nmodel = "echo"\n')
+    with pytest.raises(AgentFileError, match=r"agents\.support\.tenant is for the server's"):
+        read_agent_files([path])

@@ -152,6 +152,11 @@ def _read(path: Path) -> list[AgentFile]:
         raise AgentFileError(f"{path}: no [agents.NAME] table")
     agents = []
     for name, values in tables.items():
+        if isinstance(values, dict) and "tenant" in values:
+            raise AgentFileError(
+                f"{path}: agents.{name}.tenant is for the server's settings; apply makes "
+                "agents in the tenant of your token: leave it out"
+            )
         try:
             definition = AgentDefinition.from_dict(values, where=f"agents.{name}")
         except ValueError as exc:
