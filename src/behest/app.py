@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from behest import event_loop
 from behest.api.admission import Admission
+from behest.api.agent_files import apply_settings_agents, checked_settings_agents
 from behest.api.auth import Authenticator, metrics_guard
 from behest.api.content import ContentLimits
 from behest.api.server import ApiServer
@@ -226,6 +227,7 @@ class App:
         await self.mcp.start()
         for tool in self.mcp.tools():
             self.tools.add(tool, source=MCP)
+        agents = checked_settings_agents(self.settings.agents, self.runs, self.admission)
         if self.database_lock is not None:
             self.database_lock.acquire()
         await self.store.start()
@@ -233,6 +235,7 @@ class App:
             await self.channel.start()
         await self.event_log.start()
         await self.executor.start()
+        await apply_settings_agents(agents, self.runs)
         # The server's RPCs run in tasks of the context it starts in: this App's telemetry.
         await self.telemetry.run(self.server.start())
         if self.web is not None:

@@ -5,6 +5,8 @@ NOT_FOUND, bad definitions INVALID_ARGUMENT naming the field and writing nothing
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import uuid
 from pathlib import Path
 
@@ -14,7 +16,18 @@ import pytest
 from behest._proto.agent.v1 import agent_pb2 as apb
 from behest._proto.agent.v1 import agent_pb2_grpc as agent_rpc
 from behest._proto.agent.v1 import run_pb2 as pb
-from tests.support import Server, collect, kind, script, start_server, stop_server
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
+from behest.errors import InvalidArgument
+from tests.support import (
+    Server,
+    collect,
+    fast_settings,
+    kind,
+    script,
+    server_process,
+    start_server,
+    stop_server,
+)
 from tests.web_support import ALICE, BOB, bearer, inspector_settings
 
 
@@ -275,3 +288,107 @@ async def test_a_transfer_to_an_agent_not_in_the_definition_is_a_tool_error(
     assert kind(events[-1]) == "run_completed"
     assert "transfer_to_anyone: error:" in text(events)
     assert not [e for e in events if kind(e) == "handoff"]
+
+
+async def test_a_run_resumed_after_kill_9_keeps_its_agents_versions(tmp_path: Path) -> None:
+    """Handed off to billing@1, killed while billing answers; billing and the alias change
+    before it resumes: it goes on under billing@1, as its handoff and pins said."""
+    transfer = {"name": "transfer_to_billing", "arguments": {"reason": "money"}}
+    steps = [{"tool_calls": [transfer]}, {"deltas": 300, "delay_ms": 10}, SAY_INSTRUCTIONS]
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            agents = agent_rpc.AgentServiceStub(channel)
+            await agents.CreateAgent(
+                apb.CreateAgentRequest(name="billing", definition=definition("billing v1"))
+            )
+            await agents.CreateAgent(
+                apb.CreateAgentRequest(
+                    name="triage", definition=definition("triage v1", handoffs=["billing"])
+                )
+            )
+            await agents.SetAgentAlias(
+                apb.SetAgentAliasRequest(name="triage", alias="production", version=1)
+            )
+            stream = rpc.RunServiceStub(channel).CreateRunStream(
+                of_agent("triage@production", *steps)
+            )
+            seen: list[pb.AgentEvent] = []
+            async for event in stream:
+                seen.append(event)
+                if kind(event) == "text_delta":
+                    break  # billing is answering
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+    assert [kind(e) for e in seen].count("handoff") == 1
+    run_id = seen[0].run_id
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            agents = agent_rpc.AgentServiceStub(channel)
+            for name in ("billing", "triage"):
+                await agents.UpdateAgent(
+                    apb.UpdateAgentRequest(name=name, definition=definition(f"{name} v2"))
+                )
+            await agents.SetAgentAlias(
+                apb.SetAgentAliasRequest(name="triage", alias="production", version=2)
+            )
+            runs = rpc.RunServiceStub(channel)
+            async with asyncio.timeout(30):
+                log = await collect(runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+            record = (await runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
+    kinds = [kind(e) for e in log]
+    assert kinds[-1] == "run_completed" and kinds.count("handoff") == 1, kinds
+    assert text(log).endswith("billing v1")
+    calls = [
+        (e.model_started.agent_name, e.model_started.agent_version)
+        for e in log
+        if kind(e) == "model_started"
+    ]
+    assert calls == [("triage", 1), ("billing", 1), ("billing", 1)]
+    assert (record.agent_name, record.agent_version) == ("triage", 1)
+    assert (record.current_agent, record.current_agent_version) == ("billing", 1)
+
+
+SETTINGS_AGENTS = {
+    "agents": {
+        # Named before the agent it hands off to: applied in an order that works.
+        "triage": {
+            "instructions": "triage from settings",
+            "provider": "local",
+            "model": "script",
+            "handoffs": ["billing"],
+        },
+        "billing": {
+            "description": "money",
+            "instructions": "billing from settings",
+            "provider": "local",
+            "model": "script",
+            "budget": {"max_tokens": 5000},
+        },
+    }
+}
+
+
+async def test_the_settings_agents_are_applied_at_every_start(tmp_path: Path) -> None:
+    settings = fast_settings(tmp_path).with_tables(SETTINGS_AGENTS, source="tests")
+    for _ in range(2):  # the second start finds them unchanged: no new version
+        server = await start_server(settings)
+        try:
+            agents = agents_of(server)
+            got = await agents.GetAgent(apb.GetAgentRequest(agent="billing"))
+            triage = await agents.GetAgent(apb.GetAgentRequest(agent="triage"))
+            events = await collect(
+                server.runs.CreateRunStream(of_agent("billing", SAY_INSTRUCTIONS))
+            )
+        finally:
+            await stop_server(server)
+        assert (got.agent.latest_version, got.version.created_by) == (1, "settings")
+        assert got.version.definition.budget.max_tokens == 5000
+        assert list(triage.version.definition.handoffs) == ["billing"]
+        assert text(events) == "billing from settings"
+
+
+async def test_a_bad_settings_agent_stops_the_start_naming_it(tmp_path: Path) -> None:
+    bad = {"agents": {"broken": {"provider": "local", "model": "script", "tools": ["nope"]}}}
+    settings = fast_settings(tmp_path).with_tables(bad, source="tests")
+    with pytest.raises(InvalidArgument, match=r"setting 'agents.broken': definition.tools"):
+        await start_server(settings)

@@ -21,6 +21,9 @@ EVERY_KIND: list[ev.Payload] = [
     ev.RunStarted(session_id=new_id(), provider="local", model="echo"),
     ev.ContextBuilt(message_count=7),
     ev.ModelStarted(provider="local", model="echo", iteration=2),
+    ev.ModelStarted(
+        provider="local", model="echo", iteration=3, agent_name="billing", agent_version=4
+    ),
     ev.TextDelta(delta='héllo, wörld ✓ 🚀\n\t"quoted" \\ back'),
     ev.ToolCallStarted(call_id="call_1", tool_name="read_file"),
     ev.ToolCallDelta(call_id="call_1", delta='{"path": "/tm'),
@@ -94,6 +97,14 @@ EVERY_KIND: list[ev.Payload] = [
         verdict=Verdict.GIVE_UP,
         reconciled_by="alice",
         reason="no log ✓",
+    ),
+    ev.Handoff(
+        call_id="call_7",
+        from_agent="triage",
+        from_version=2,
+        to_agent="billing",
+        to_version=4,
+        reason="a refund ✓",
     ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.BudgetExceeded(budget=BudgetKind.DAILY_COST, limit="10.00", used="10.000001"),

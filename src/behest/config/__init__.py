@@ -186,6 +186,10 @@ class Settings(BaseSettings):
     # reported failed.
     mcp: McpSettings = Field(default_factory=McpSettings)
     mcp_start_timeout_s: float = Field(default=30.0, gt=0)
+    # Agents created or updated at every start ([agents.NAME] tables: an AgentDefinition's
+    # fields by their proto names, and an optional `tenant`, default the default tenant);
+    # a new version only when one changed. Checked at start like AgentService's requests.
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # This process's name in run claims. Unset: a name of its own (host-pid-random), so two
     # processes never act as one owner. Set (e.g. a StatefulSet pod's name): refused at start
     # while another live process holds it, and the runs it held are taken up at once after a
