@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -262,3 +263,24 @@ async def test_versions_alias_archive_and_get_print_what_they_did(
     assert refused.error.startswith("error: FAILED_PRECONDITION: ")
     missing = await behest("agents", "get", "nobody", "--server", server.address)
     assert missing.code == 2 and missing.error.startswith("error: NOT_FOUND: ")
+
+
+async def test_an_exported_file_is_the_settings_agents_of_another_server(
+    priced: Server, tmp_path: Path
+) -> None:
+    stub = agents_of(priced)
+    await stub.CreateAgent(apb.CreateAgentRequest(name="billing", definition=full_definition()))
+    support = full_definition(sub_agents=["billing"], handoffs=["billing"])
+    await stub.CreateAgent(apb.CreateAgentRequest(name="support", definition=support))
+    exported = tomllib.loads(await cli(priced, "agents", "export", "support", "billing"))
+
+    tables = {**PRICED, "agents": exported["agents"]}
+    configured = await start_server(fast_settings(tmp_path / "b").with_tables(tables, source="t"))
+    try:
+        for name in ("billing", "support"):
+            request = apb.GetAgentRequest(agent=name)
+            there = (await agents_of(configured).GetAgent(request)).version
+            assert there.created_by == "settings"
+            assert there.definition == (await stub.GetAgent(request)).version.definition, name
+    finally:
+        await stop_server(configured)
