@@ -74,6 +74,7 @@ AGENT_SERVICES = (
     "agent.v1.ProviderService",
     "agent.v1.ToolExecutionService",
     "agent.v1.WorkerService",
+    "agent.v1.AgentService",
 )
 RUN_RPCS = (
     "CreateRun",
@@ -90,9 +91,10 @@ RUN_RPCS = (
     "CreateStreamTicket",
 )
 # CreateRun fields that make a run wait (or, response_format, want a structured answer;
-# reasoning, a reasoning model's setting; content, images and files), which name their
-# recipes.
+# reasoning, a reasoning model's setting; content, images and files; agent, a stored agent's
+# run), which name their recipes.
 WAIT_OPTIONS = (
+    "agent",
     "approval_required_tools",
     "client_tools",
     "response_format",
@@ -905,6 +907,138 @@ async def test_delete_session_erases_it_with_its_runs(recipes: Recipes) -> None:
     assert refused.code == EXIT_FAILED_PRECONDITION, refused.stderr
     assert busy in refused.error()[1]
     await recipes.server.runs.CancelRun(pb.CancelRunRequest(run_id=busy))
+
+
+# --- agents ---------------------------------------------------------------------------------
+
+CREATE_AGENT = "agent.v1.AgentService/CreateAgent"
+UPDATE_AGENT = "agent.v1.AgentService/UpdateAgent"
+GET_AGENT = "agent.v1.AgentService/GetAgent agent"  # its `agent` names the key, as a run's
+LIST_AGENTS = "agent.v1.AgentService/ListAgents"
+AGENT_VERSIONS = "agent.v1.AgentService/ListAgentVersions"
+SET_ALIAS = "agent.v1.AgentService/SetAgentAlias"
+ARCHIVE_AGENT = "agent.v1.AgentService/ArchiveAgent"
+RUN_AGENT = "agent.v1.RunService/CreateRunStream agent"
+EXIT_ALREADY_EXISTS = 64 + 6
+EXIT_INVALID_ARGUMENT = 64 + 3
+
+
+def version_of(result: Result) -> tuple[int, dict[str, Any]]:
+    """The number and definition of the version a reply holds."""
+    version = field(result.json(), "version")
+    return field(version, "version"), field(version, "definition")
+
+
+@runs(CREATE_AGENT, UPDATE_AGENT, SET_ALIAS, GET_AGENT, AGENT_VERSIONS)
+async def test_an_agent_gets_a_version_per_change_and_an_alias_picks_one(
+    recipes: Recipes,
+) -> None:
+    created = await recipes.run(CREATE_AGENT)
+    assert created.code == 0, created.stderr
+    assert field(field(created.json(), "agent"), "latest_version") == 1
+    number, first = version_of(created)
+    assert number == 1 and field(first, "tool_choice") == "auto"  # stored normalised
+    taken = await recipes.run(CREATE_AGENT)
+    assert taken.code == EXIT_ALREADY_EXISTS, taken.stderr
+
+    changed = await recipes.run(UPDATE_AGENT)  # the doc's: other instructions
+    assert changed.code == 0, changed.stderr
+    assert field(changed.json(), "changed") is True
+    number, second = version_of(changed)
+    assert number == 2 and "kind" in field(second, "instructions")
+    # The same definition again, and the one read back (defaults filled in): no new version.
+    for definition in (None, second):
+        again = await recipes.run(
+            UPDATE_AGENT, **({"definition": definition} if definition else {})
+        )
+        assert again.code == 0, again.stderr
+        assert field(again.json(), "changed") is None and version_of(again)[0] == 2
+
+    aliased = await recipes.run(SET_ALIAS)  # production → 1
+    assert aliased.code == 0, aliased.stderr
+    assert field(field(aliased.json(), "agent"), "aliases") == {"production": 1}
+    got = await recipes.run(GET_AGENT)
+    assert got.code == 0, got.stderr
+    assert version_of(got) == (1, first)
+    latest = await recipes.run(GET_AGENT, agent="support")
+    assert version_of(latest) == (2, second)
+    for unknown in ("support@staging", "support@9", "nobody"):
+        missing = await recipes.run(GET_AGENT, agent=unknown)
+        assert missing.code == EXIT_NOT_FOUND, (unknown, missing.stderr)
+
+    versions = await recipes.run(AGENT_VERSIONS)
+    assert versions.code == 0, versions.stderr
+    listed = field(versions.json(), "versions")
+    assert [(field(v, "version"), field(v, "definition")) for v in listed] == [
+        (2, second),
+        (1, first),
+    ]
+
+    bad = await recipes.run(
+        CREATE_AGENT, name="other", definition={"provider": "local", "model": "no-such-model"}
+    )
+    assert bad.code == EXIT_INVALID_ARGUMENT, bad.stderr
+    assert "definition.model" in bad.error()[1]
+    absent = await recipes.run(GET_AGENT, agent="other")
+    assert absent.code == EXIT_NOT_FOUND, absent.stderr  # nothing was written
+
+
+@runs(CREATE_AGENT, SET_ALIAS, RUN_AGENT)
+async def test_a_run_of_an_agent_takes_its_definition_and_records_the_version(
+    recipes: Recipes,
+) -> None:
+    assert (await recipes.run(CREATE_AGENT)).code == 0
+    assert (await recipes.run(SET_ALIAS)).code == 0
+    text = unique("hello support")
+    streamed = await recipes.run(RUN_AGENT, input=text)
+    assert streamed.code == 0, streamed.stderr
+    events = streamed.documents()
+    run_id = field(events[0], "run_id")
+    assert_whole_run(events, run_id)
+    assert event_kind(events[-1]) == "run_completed"
+    started = payload(events[0])
+    assert (field(started, "agent_name"), field(started, "agent_version")) == ("support", 1)
+    assert (field(started, "provider"), field(started, "model")) == ("local", "echo")
+    deltas = [payload(e) for e in events if event_kind(e) == "text_delta"]
+    assert "".join(field(d, "delta") for d in deltas) == text
+
+    run = (await recipes.server.runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
+    assert (run.agent_name, run.agent_version, run.instructions) == (
+        "support",
+        1,
+        "You are support. Be brief.",
+    )
+    listed = await recipes.server.runs.ListRuns(pb.ListRunsRequest(agent="support"))
+    assert [r.id for r in listed.runs] == [run_id]
+    other = await recipes.server.runs.ListRuns(pb.ListRunsRequest(agent="support", agent_version=2))
+    assert list(other.runs) == []
+
+
+@runs(CREATE_AGENT, LIST_AGENTS, ARCHIVE_AGENT, RUN_AGENT)
+async def test_an_archived_agent_is_listed_only_when_asked_and_starts_no_run(
+    recipes: Recipes,
+) -> None:
+    for name in ("support", "billing"):
+        assert (await recipes.run(CREATE_AGENT, name=name)).code == 0
+    listed = await recipes.run(LIST_AGENTS)
+    assert listed.code == 0, listed.stderr
+    agents = field(listed.json(), "agents")
+    assert [field(a, "name") for a in agents] == ["billing", "support"]
+    assert field(agents[1], "description") == "Answers customers"
+
+    archived = await recipes.run(ARCHIVE_AGENT)
+    assert archived.code == 0, archived.stderr
+    assert field(field(archived.json(), "agent"), "archived") is True
+    every = await recipes.run(LIST_AGENTS)
+    assert [(field(a, "name"), field(a, "archived")) for a in field(every.json(), "agents")] == [
+        ("billing", None),
+        ("support", True),
+    ]
+    live = await recipes.run(LIST_AGENTS, include_archived=False)
+    assert [field(a, "name") for a in field(live.json(), "agents")] == ["billing"]
+
+    refused = await recipes.run(RUN_AGENT, agent="support")
+    assert refused.code == EXIT_FAILED_PRECONDITION, refused.stderr
 
 
 @runs("agent.v1.ToolService/ListTools")

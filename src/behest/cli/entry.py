@@ -1,7 +1,8 @@
 """The `behest` command's entry: its parser, the client the commands share, and how errors
 end it. Its commands: serve.py (`serve`, `token new`), runs.py (`run`, `watch`, `runs …`),
 waits.py (`approve`, `answer`, `pending`), catalog.py (sessions, tools, providers, usage,
-a run's stored events, pruning), worker.py (`worker run`: a module's behest.worker.Worker);
+a run's stored events, pruning), agents.py (`agents …`: stored agents and agent files),
+worker.py (`worker run`: a module's behest.worker.Worker);
 render.py and formats.py write what they show.
 
 Exit codes: 0 the run completed (or the command succeeded), 1 the run failed or was
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from behest.cli import catalog, executions, runs, serve, waits, worker
+from behest.cli import agents, catalog, executions, runs, serve, waits, worker
 from behest.cli.render import EventPrinter
 from behest.client import BehestClient, BehestError
 from behest.config import DEFAULT_LISTEN, is_loopback
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     waits.add_commands(commands, server, _client)
     executions.add_commands(commands, server, _client)
     catalog.add_commands(commands, server, _client)
+    agents.add_commands(commands, server, _client)
     worker.add_commands(commands, _warn_if_plaintext)
     serve.add_token_commands(commands)
     return parser

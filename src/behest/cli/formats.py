@@ -1,5 +1,5 @@
-"""How the `behest` command writes runs, outputs, sessions, tools, providers, usage and
-stored events: tables and a field per line, over behest.client's types, in the words of
+"""How the `behest` command writes runs, outputs, sessions, tools, providers, usage, agents
+and stored events: tables and a field per line, over behest.client's types, in the words of
 behest/wording.py."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from google.protobuf import json_format
 
 from behest.client import (
+    Agent,
+    AgentVersion,
     Cost,
     Event,
     Message,
@@ -24,6 +26,7 @@ from behest.client import (
     TokenUsage,
     Tool,
     Usage,
+    VersionedAgent,
 )
 from behest.wording import call, code, money, plural, shorten, time, tokens
 
@@ -45,13 +48,30 @@ def format_pending(calls: Sequence[PendingCall]) -> str:
 
 
 def format_runs(runs: Sequence[Run]) -> str:
-    """A table of runs, one line each."""
-    rows = [("RUN", "STATUS", "MODEL", "CREATED", "SESSION")]
+    """A table of runs, one line each (and the agent of each, when one is of an agent)."""
+    agents = any(r.agent_name for r in runs)
+    rows = [("RUN", "STATUS", "MODEL", "CREATED", *(("AGENT",) if agents else ()), "SESSION")]
     rows += [
-        (r.id, status_name(r.status), f"{r.provider}/{r.model}", time(r.created_at), r.session_id)
+        (
+            r.id,
+            status_name(r.status),
+            f"{r.provider}/{r.model}",
+            time(r.created_at),
+            *((_agent_of(r) or "-",) if agents else ()),
+            r.session_id,
+        )
         for r in runs
     ]
     return table(rows)
+
+
+def _agent_of(run: Run) -> str:
+    """The agent and version a run is of, and the one it is under after a handoff."""
+    if not run.agent_name:
+        return ""
+    text = f"{run.agent_name}@{run.agent_version}"
+    current = f"{run.current_agent}@{run.current_agent_version}"
+    return text if not run.current_agent or current == text else f"{text} (now {current})"
 
 
 def table(rows: Sequence[tuple[str, ...]]) -> str:
@@ -70,6 +90,7 @@ def format_run(run: Run) -> str:
         ("session", run.session_id),
         ("status", status_name(run.status)),
         ("model", f"{run.provider}/{run.model}"),
+        *((("agent", _agent_of(run)),) if run.agent_name else ()),
         ("metadata", run.metadata or "-"),
         ("created", time(run.created_at)),
         ("updated", time(run.updated_at)),
@@ -254,3 +275,60 @@ def _kind(value: PendingCallKind) -> str:
 def status_name(status: RunStatus) -> str:
     """A run status as the CLI writes it: completed, waiting_for_input, …"""
     return status.name.lower()
+
+
+def format_agents(agents: Sequence[Agent]) -> str:
+    """A table of agents: the latest version, aliases, when changed, description."""
+    rows = [("AGENT", "LATEST", "ALIASES", "UPDATED", "DESCRIPTION")]
+    rows += [
+        (
+            a.name + (" (archived)" if a.archived else ""),
+            str(a.latest_version),
+            _aliases(a.aliases) or "-",
+            time(a.updated_at),
+            shorten(a.description.strip().split("\n", 1)[0]) or "-",
+        )
+        for a in agents
+    ]
+    return table(rows)
+
+
+def format_agent(found: VersionedAgent) -> str:
+    """An agent and one of its versions, a field per line (its definition not included)."""
+    agent, version = found.agent, found.version
+    latest = " (the latest)" if version.version == agent.latest_version else ""
+    fields = [
+        ("agent", agent.name + (" (archived)" if agent.archived else "")),
+        ("version", f"{version.version}{latest} of {agent.latest_version}"),
+        ("aliases", _aliases(agent.aliases) or "-"),
+        ("created", time(version.created_at) + _by(version.created_by)),
+        ("updated", time(agent.updated_at)),
+    ]
+    return "\n".join(f"{name:<8} {value}" for name, value in fields)
+
+
+def format_versions(agent: Agent, versions: Sequence[AgentVersion]) -> str:
+    """A table of an agent's versions, newest first, with the aliases at each."""
+    at: dict[int, list[str]] = {}
+    for alias, number in sorted(agent.aliases.items()):
+        at.setdefault(number, []).append(alias)
+    rows = [("VERSION", "CREATED", "BY", "ALIASES", "DESCRIPTION")]
+    rows += [
+        (
+            str(v.version),
+            time(v.created_at),
+            v.created_by or "-",
+            ", ".join(at.get(v.version, ())) or "-",
+            shorten(v.definition.description.strip().split("\n", 1)[0]) or "-",
+        )
+        for v in versions
+    ]
+    return table(rows)
+
+
+def _aliases(aliases: dict[str, int]) -> str:
+    return ", ".join(f"{alias} → {version}" for alias, version in sorted(aliases.items()))
+
+
+def _by(principal: str) -> str:
+    return f" by {principal}" if principal else ""

@@ -53,6 +53,7 @@ def run_options(args: argparse.Namespace, waits: dict[str, Any]) -> RunOptions:
         reasoning = Reasoning(args.reasoning_effort or "", args.thinking_budget)
     return RunOptions(
         session_id=args.session,
+        agent=args.agent,
         provider=args.provider,
         model=args.model,
         metadata=args.metadata,

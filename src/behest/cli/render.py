@@ -30,6 +30,7 @@ SHOWN = frozenset(
         "tool_outcome_unknown",
         "tool_execution_reconciled",
         "tool_retry_scheduled",
+        "handoff",
     }
 )
 # The exit code each terminal event gives.
@@ -70,7 +71,8 @@ class EventPrinter:
         if self._thinking:
             self._think_end()
         if isinstance(data, RunStarted):
-            print(f"run {event.run_id}  session {data.session_id}", file=self.err)
+            agent = f"  agent {data.agent_name}@{data.agent_version}" if data.agent_name else ""
+            print(f"run {event.run_id}  session {data.session_id}{agent}", file=self.err)
             self.err.flush()
         elif isinstance(data, ModelStarted):
             if data.iteration in self._iterations:

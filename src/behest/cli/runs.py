@@ -30,8 +30,15 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     run = commands.add_parser("run", parents=[server], help="start a run and stream it")
     run.add_argument("input", help="the user's message")
     run.add_argument("--session", default="", help="continue this session")
-    run.add_argument("--provider", default="local")
-    run.add_argument("--model", default="echo")
+    run.add_argument(
+        "--agent",
+        default="",
+        metavar="REF",
+        help="run a stored agent: NAME, NAME@VERSION or NAME@ALIAS (the options given here "
+        "override its definition's)",
+    )
+    run.add_argument("--provider", default="", help="default: the agent's, else local")
+    run.add_argument("--model", default="", help="default: the agent's, else echo")
     run.add_argument("--metadata", default="", help="a JSON object stored with the run")
     run.add_argument("--tool-choice", default="", help="auto, none or required")
     waits.add_run_options(run)
@@ -48,6 +55,9 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     listing = actions.add_parser("list", parents=[server], help="list runs, newest first")
     listing.add_argument("--session", default="")
     listing.add_argument("--status", choices=STATUSES, help="only runs in this status")
+    listing.add_argument(
+        "--agent", default="", metavar="NAME[@VERSION]", help="only runs of this agent"
+    )
     listing.add_argument("--limit", type=int, default=20)
     listing.set_defaults(func=lambda args, printer: _runs_list(args, client))
     for name, func, text in [
@@ -99,10 +109,19 @@ async def _render_all(events: AsyncIterator[Event], printer: EventPrinter) -> in
 
 def _runs_list(args: argparse.Namespace, client: ClientFactory) -> int:
     status = RunStatus[args.status.upper()] if args.status else RunStatus.UNSPECIFIED
+    agent, _, version = args.agent.partition("@")
+    if version and not version.isdigit():
+        raise waits.UsageError(f"--agent: NAME or NAME@VERSION (a number), not {args.agent!r}")
 
     async def go() -> list[Run]:
         async with client(args) as behest:
-            return await behest.list_runs(session_id=args.session, status=status, limit=args.limit)
+            return await behest.list_runs(
+                session_id=args.session,
+                status=status,
+                agent=agent,
+                agent_version=int(version or 0),
+                limit=args.limit,
+            )
 
     found = asyncio.run(go())
     print(format_runs(found) if found else "no runs")

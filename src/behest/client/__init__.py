@@ -13,6 +13,7 @@ frozen dataclasses that keep their wire message as `.raw`; every failed call rai
 `BehestError` subclass (`NotFound`, `InvalidArgument`, `Unavailable`, …).
 """
 
+from behest.client._agents import Agent, AgentDefinition, AgentVersion, VersionedAgent
 from behest.client._client import BehestClient
 from behest.client._enums import (
     BudgetKind,
@@ -54,6 +55,7 @@ from behest.client._events import (
     DoomLoopDetected,
     Event,
     EventData,
+    Handoff,
     ModelStarted,
     OutputRejected,
     ReasoningDelta,
@@ -107,6 +109,9 @@ from behest.client._waits import Approval, Approver, ClientTool, ToolFunction, W
 
 __all__ = [
     "Aborted",
+    "Agent",
+    "AgentDefinition",
+    "AgentVersion",
     "AlreadyExists",
     "Approval",
     "ApprovalRequested",
@@ -142,6 +147,7 @@ __all__ = [
     "FailureCode",
     "FilePart",
     "FinishReason",
+    "Handoff",
     "ImagePart",
     "Internal",
     "InvalidArgument",
@@ -195,6 +201,7 @@ __all__ = [
     "Usage",
     "UsageRecorded",
     "Verdict",
+    "VersionedAgent",
     "WaitingCall",
     "attachment",
 ]

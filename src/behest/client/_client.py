@@ -23,6 +23,7 @@ import grpc
 import grpc.aio
 
 from behest.client import _wire
+from behest.client._agent_calls import AgentCalls
 from behest.client._channel import Backoff, FilePath, authorization, credentials
 from behest.client._enums import Decision, RunStatus
 from behest.client._errors import Unavailable, error_of
@@ -47,7 +48,7 @@ _DEFAULTS = RunOptions()
 _NOT_OPEN = "BehestClient is not open; use `async with BehestClient(...)`"
 
 
-class BehestClient(ToolExecutions):
+class BehestClient(ToolExecutions, AgentCalls):
     """behest's services over one channel; use as `async with BehestClient(address) as c:`.
 
     Files are read here: an unreadable one raises OSError; a token gRPC cannot send, or a
@@ -176,14 +177,19 @@ class BehestClient(ToolExecutions):
         *,
         session_id: str = "",
         status: RunStatus = RunStatus.UNSPECIFIED,
+        agent: str = "",
+        agent_version: int = 0,
         limit: int = 0,
         offset: int = 0,
     ) -> list[Run]:
-        """Runs, newest first, optionally of one session and in one status."""
+        """Runs, newest first, optionally of one session, in one status, of one agent (by
+        name) and, with it, of one of its versions."""
         request = _wire.run.ListRunsRequest(
             session_id=session_id,
             status=status.value,  # type: ignore[arg-type]
             pagination=_wire.Pagination(limit=limit, offset=offset),
+            agent=agent,
+            agent_version=agent_version,
         )
         response = await self._unary(self._s.runs.ListRuns, request)
         return [_wire.run_of(r) for r in response.runs]

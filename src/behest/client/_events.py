@@ -25,6 +25,7 @@ from behest.client._enums import (
     RunStatus,
 )
 from behest.client._tool_events import (
+    Handoff,
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
     ToolRetryScheduled,
@@ -34,12 +35,15 @@ from behest.client._types import ContentPart, Cost, TokenUsage, ToolCall
 
 @dataclass(frozen=True, slots=True)
 class RunStarted:
-    """The run began (its first event)."""
+    """The run began (its first event); of an agent, its name and the version it resolved
+    to."""
 
     session_id: str = ""
     provider: str = ""
     model: str = ""
     content: tuple[ContentPart, ...] = ()
+    agent_name: str = ""
+    agent_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +55,14 @@ class ContextBuilt:
 
 @dataclass(frozen=True, slots=True)
 class ModelStarted:
-    """A model call began; a repeated iteration is a retried or resumed call."""
+    """A model call began; a repeated iteration is a retried or resumed call. The agent
+    making it (after a handoff, the target), if the run is of one."""
 
     provider: str = ""
     model: str = ""
     iteration: int = 0
+    agent_name: str = ""
+    agent_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +310,7 @@ EventData = (
     | ToolOutcomeUnknown
     | ToolExecutionReconciled
     | ToolRetryScheduled
+    | Handoff
 )
 
 

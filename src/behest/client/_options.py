@@ -20,11 +20,16 @@ class RunOptions:
     Waiting: `client_tools` (name → ClientTool or (description, schema)) are run by the
     caller; calls of `approval_required_tools`, and with `approve_side_effects` of every tool
     not marked read-only, wait for an approval; the timeouts are seconds (0: the server's).
+
+    `agent` runs a stored agent ("NAME", "NAME@VERSION" or "NAME@ALIAS"): its definition
+    gives every field left empty here (provider and model included); without an agent an
+    empty provider and model mean local's `echo`.
     """
 
     session_id: str = ""
-    provider: str = "local"
-    model: str = "echo"
+    agent: str = ""
+    provider: str = ""
+    model: str = ""
     metadata: str = ""  # a JSON object stored with the run
     tool_choice: str = ""  # auto, none or required
     instructions: str = ""

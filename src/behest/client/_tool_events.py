@@ -1,5 +1,6 @@
-"""The events of tool executions as the client reads them: an outcome unknown, its
-reconciliation, a retry (one type per AgentEvent kind, like client/_events.py's)."""
+"""The events of tool calls beyond their start and end, as the client reads them: an outcome
+unknown, its reconciliation, a retry, a handoff (one type per AgentEvent kind, like
+client/_events.py's)."""
 
 from __future__ import annotations
 
@@ -41,4 +42,18 @@ class ToolRetryScheduled:
     tool_name: str = ""
     execution_id: str = ""
     next_attempt: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The model called `transfer_to_<agent>`: from the next model call on the run goes on
+    under `to_agent` (its instructions, tools and model), with its transcript, budgets and
+    usage; `reason` is the model's (may be empty)."""
+
+    call_id: str = ""
+    from_agent: str = ""
+    from_version: int = 0
+    to_agent: str = ""
+    to_version: int = 0
     reason: str = ""

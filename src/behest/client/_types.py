@@ -184,6 +184,12 @@ class Run:
     allow_sub_agents: bool = False
     response_format: ResponseFormat | None = None
     reasoning: Reasoning | None = None
+    # The agent the run is of and the version it resolved to at its start ("" and 0: none);
+    # after a handoff, the agent it is under now.
+    agent_name: str = ""
+    agent_version: int = 0
+    current_agent: str = ""
+    current_agent_version: int = 0
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

@@ -15,6 +15,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as ProtoMessage
 
 from behest._proto.agent.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
     catalog_pb2,
     catalog_pb2_grpc,
     common_pb2,
@@ -25,13 +27,14 @@ from behest._proto.agent.v1 import (
     session_pb2,
     session_pb2_grpc,
 )
-from behest.client import _enums, _records, _types
+from behest.client import _agents, _enums, _records, _types
 from behest.client._events import EVENT_TYPES, Event
 from behest.client._options import RunOptions
 from behest.client._waits import Approval, ClientTool
 
 # Request classes, for the client.
 run, catalog, session, execution = run_pb2, catalog_pb2, session_pb2, execution_pb2
+agents = agent_pb2
 Pagination = common_pb2.Pagination
 _Enum = TypeVar("_Enum", bound=_enums.enum.IntEnum)
 _T = TypeVar("_T")
@@ -47,17 +50,21 @@ class Stubs:
         self.tools = catalog_pb2_grpc.ToolServiceStub(channel)
         self.providers = catalog_pb2_grpc.ProviderServiceStub(channel)
         self.executions = execution_pb2_grpc.ToolExecutionServiceStub(channel)
+        self.agents = agent_pb2_grpc.AgentServiceStub(channel)
 
 
 # --- requests ---------------------------------------------------------------------------------
 
 
 def create_request(input: str, options: RunOptions, request_id: str) -> Any:
-    """A CreateRunRequest of the input text and the run's options."""
+    """A CreateRunRequest of the input text and the run's options (without an agent, an
+    empty provider and model are local's echo)."""
+    own = not options.agent
     request = run_pb2.CreateRunRequest(
         session_id=options.session_id,
-        provider=common_pb2.ProviderId(value=options.provider),
-        model=common_pb2.ModelName(value=options.model),
+        provider=common_pb2.ProviderId(value=options.provider or ("local" if own else "")),
+        model=common_pb2.ModelName(value=options.model or ("echo" if own else "")),
+        agent=options.agent,
         input=input,
         metadata=options.metadata,
         tool_choice=options.tool_choice,
@@ -209,6 +216,7 @@ _MESSAGES: dict[str, Any] = {
     "agent.v1.Reasoning": lambda m: _read(_types.Reasoning, m),
     "agent.v1.Message": lambda m: _read(_types.Message, m),
     "agent.v1.ToolExecutionTransition": lambda m: _read(_records.ExecutionTransition, m),
+    "agent.v1.AgentDefinition": lambda m: _read(_agents.AgentDefinition, m),
 }
 _OPTIONAL = {"agent.v1.Cost", "agent.v1.RunBudget", "agent.v1.ResponseFormat", "agent.v1.Reasoning"}
 
@@ -237,6 +245,30 @@ def _read(cls: type[_T], message: Any, **given: Any) -> _T:
         elif name not in given:
             given[name] = _value(message, fields[name])
     return cls(**given)
+
+
+def definition_message(definition: _agents.AgentDefinition) -> Any:
+    """An AgentDefinition message of the client's type (ValueError for a value the wire
+    cannot hold, such as a number out of its range)."""
+    try:
+        return json_format.ParseDict(definition.to_dict(), agent_pb2.AgentDefinition())
+    except json_format.ParseError as exc:
+        raise ValueError(f"definition: {exc}") from None
+
+
+def agent_of(a: Any) -> _agents.Agent:
+    return _read(_agents.Agent, a, aliases=dict(a.aliases))
+
+
+def version_of(v: Any) -> _agents.AgentVersion:
+    return _read(_agents.AgentVersion, v)
+
+
+def versioned_of(response: Any) -> _agents.VersionedAgent:
+    """A reply that holds an agent and a version (and, from UpdateAgent, `changed`)."""
+    changed = getattr(response, "changed", True)
+    agent, version = agent_of(response.agent), version_of(response.version)
+    return _agents.VersionedAgent(agent, version, changed, raw=response)
 
 
 def created(response: Any) -> _types.CreatedRun:
