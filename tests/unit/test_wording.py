@@ -26,6 +26,7 @@ SAMPLES: list[ev.Payload] = [
     ev.RunStarted("s-1", "local", "script"),
     ev.ContextBuilt(7),
     ev.ModelStarted("local", "script", 2),
+    ev.ModelStarted("local", "script", 3, "billing", 4),
     ev.ToolCallStarted("call-1", "lookup"),
     ev.ToolCallCompleted(CALL),
     ev.ToolExecutionStarted("call-1", "lookup"),
@@ -51,6 +52,7 @@ SAMPLES: list[ev.Payload] = [
     ev.ToolOutcomeUnknown("x-1", "call-1", "send_mail", 1, WHEN),
     ev.ToolExecutionReconciled("x-1", "call-1", "send_mail", Verdict.GIVE_UP, "alice", "no log"),
     ev.ToolRetryScheduled("call-1", "lookup", "x-2", 2, "a retryable error"),
+    ev.Handoff("call-2", "triage", 1, "billing", 4, "a refund"),
 ]
 
 
@@ -90,6 +92,8 @@ def test_lines_in_the_words_the_cli_has_always_written() -> None:
     assert lines["tool_execution_reconciled"] == (
         "✓ send_mail reconciled, given up by alice: no log"
     )
+    assert lines["handoff"] == "⇄ handed off from triage@1 to billing@4: a refund"
+    assert lines["model_started"] == "· model call: script, iteration 3 (billing@4)"
 
 
 def test_deltas_and_kinds_newer_than_this_code_have_no_line() -> None:

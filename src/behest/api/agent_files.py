@@ -10,6 +10,7 @@ applied in an order that creates the named first; a bad table stops the start, n
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from google.protobuf import json_format
@@ -56,8 +57,9 @@ def checked_settings_agents(
 
 
 async def apply_settings_agents(checked: Checked, runs: Operations) -> None:
-    """Create or update the checked agents; InvalidArgument names one that names an agent
-    that does not exist."""
+    """Create or update the checked agents, those named by others first; new agents that
+    name each other in a circle are first created without those names (one of them is then
+    at version 2). InvalidArgument names one that names an agent that does not exist."""
     pending = dict(checked)
     while pending:
         before = len(pending)
@@ -69,9 +71,25 @@ async def apply_settings_agents(checked: Checked, runs: Operations) -> None:
                 problems[name] = exc
                 continue
             del pending[name]
-        if len(pending) == before:  # none applied in this pass: the first problem stands
-            first, problem = next(iter(problems.items()))
-            raise InvalidArgument(f"setting 'agents.{first}': {problem}")
+        if len(pending) < before:
+            continue
+        if await _break_circles(pending, runs):
+            continue
+        first, problem = next(iter(problems.items()))  # no progress: the first problem stands
+        raise InvalidArgument(f"setting 'agents.{first}': {problem}")
+
+
+async def _break_circles(pending: Checked, runs: Operations) -> bool:
+    """Create one pending agent that does not exist yet and names only pending agents,
+    without those names (the others can then be made); whether there was one."""
+    for name, (caller, definition) in pending.items():
+        if not set(definition.named()) <= set(pending) | {name}:
+            continue
+        if await runs.agents.exists(caller, name):
+            continue
+        await _put(runs, caller, name, replace(definition, sub_agents=(), handoffs=()))
+        return True
+    return False
 
 
 async def _put(runs: Operations, caller: Caller, name: str, definition: AgentDefinition) -> None:

@@ -50,6 +50,9 @@ class AgentCatalog:
             caller.tenant, name, definition, by=caller.principal, now=_now(), mode=mode
         )
 
+    async def exists(self, caller: Caller, name: str) -> bool:
+        return await self._store.agent(caller.tenant, name) is not None
+
     async def get(self, caller: Caller, ref: AgentRef) -> tuple[Agent, AgentVersion]:
         """The agent and the version `ref` names; NotFound naming what was not found."""
         agent = await self._agent(caller.tenant, ref.name)
