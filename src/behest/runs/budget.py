@@ -16,7 +16,15 @@ from decimal import Decimal
 
 from behest.domain import events as ev
 from behest.domain.runs import Run
-from behest.domain.spend import MILLION, BudgetKind, DailyCaps, FailureCode, Prices, RunBudget
+from behest.domain.spend import (
+    MILLION,
+    BudgetKind,
+    DailyCaps,
+    FailureCode,
+    Prices,
+    RunBudget,
+    TenantSpend,
+)
 from behest.errors import RunStopped
 from behest.events.run_log import RunLog
 from behest.runs.progress import RunProgress
@@ -34,6 +42,28 @@ _WORDS = {
 
 class Budget:
     """One run's budgets, over what its progress says it has spent."""
+
+    @classmethod
+    def of_run(
+        cls,
+        run: Run,
+        tenant: TenantSpend,
+        prices: Prices | None,
+        progress: RunProgress,
+        log: RunLog,
+        store: Store,
+    ) -> Budget:
+        """The run's budget over its tenant's defaults, and the tenant's daily caps."""
+        budget = run.budget.over(tenant.run_budget)
+        return cls(
+            run=run,
+            budget=budget,
+            daily=tenant.daily,
+            prices=prices,
+            progress=progress,
+            log=log,
+            store=store,
+        )
 
     def __init__(
         self,

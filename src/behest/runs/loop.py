@@ -102,10 +102,7 @@ class AgentLoop:
         self._children = sub_runs if sub_runs is not None and sub_runs.may_start(run) else None
         self._sub_runs = sub_runs if self._children and run.allow_sub_agents else None
         self._agents = agents
-        if agents is not None:
-            tools = agents.registry(tools, self._spawn if self._children is not None else None)
-            self.progress.child_tools |= agents.sub_agents()
-        self._tools = tools
+        self._tools = tools = self._with_agents(tools)
         more = agents.offered if agents else ()
         self._offered = offered(run, tools, sub_agents=self._sub_runs is not None, more=more)
         self._waits = Waits(
@@ -114,15 +111,8 @@ class AgentLoop:
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
-        tenant = spend_limits or TenantSpend()  # the run's budget over its tenant's defaults
-        self._budget = Budget(
-            run=run,
-            budget=run.budget.over(tenant.run_budget),
-            daily=tenant.daily,
-            prices=self._prices,
-            progress=self.progress,
-            log=log,
-            store=store,
+        self._budget = Budget.of_run(
+            run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
         )
         self._attempts = ModelAttempts(
             run=run,
@@ -136,6 +126,13 @@ class AgentLoop:
             waits=self._waits,
             coalesce_text=limits.coalesce_text_deltas,
         )
+
+    def _with_agents(self, tools: ToolRegistry) -> ToolRegistry:
+        """The run's tools and its agent's sub-agents and handoffs (runs/agent_tools.py)."""
+        if self._agents is None:
+            return tools
+        self.progress.child_tools |= self._agents.sub_agents()
+        return self._agents.registry(tools, self._spawn if self._children else None)
 
     def _turn_calls(self, limits: LoopLimits, workers: WorkerHub | None) -> TurnCalls:
         """How the run's tool calls run (runs/tool_calls.py, turn_calls.py)."""

@@ -41,8 +41,8 @@ async def list_runs(reader: AsyncEngine, *, tenant: str, wanted: RunFilter) -> l
         query = query.where(t.runs.c.status == int(wanted.status))
     if wanted.model:
         query = query.where(t.runs.c.model == wanted.model)
-    if wanted.agent:
-        query = query.where(t.runs.c.agent_name == wanted.agent)
+    if wanted.agent:  # both terms: the partial index ix_runs_agent is used
+        query = query.where(t.runs.c.agent_name != "", t.runs.c.agent_name == wanted.agent)
         if wanted.agent_version:
             query = query.where(t.runs.c.agent_version == wanted.agent_version)
     if wanted.created_from is not None:

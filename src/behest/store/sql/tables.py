@@ -128,8 +128,17 @@ runs = sa.Table(
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.
     sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
-    # ListRuns of an agent (or a version of it).
-    sa.Index("ix_runs_agent", "tenant", "agent_name", "agent_version", "created_at"),
+    # ListRuns of an agent (or a version of it). Only runs of an agent are in it, so the
+    # creation of the others does not write to it.
+    sa.Index(
+        "ix_runs_agent",
+        "tenant",
+        "agent_name",
+        "agent_version",
+        "created_at",
+        sqlite_where=sa.text("agent_name != ''"),
+        postgresql_where=sa.text("agent_name != ''"),
+    ),
     # child_runs: one parent's children in order. Only runs with a parent are in it, so the
     # creation of the others (nearly all) does not write to it.
     sa.Index(

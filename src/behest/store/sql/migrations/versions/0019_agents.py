@@ -52,7 +52,11 @@ def upgrade() -> None:
             sa.Column("current_agent", sa.String(64), nullable=False, server_default="")
         )
     op.create_index(
-        "ix_runs_agent", "runs", ["tenant", "agent_name", "agent_version", "created_at"]
+        "ix_runs_agent",
+        "runs",
+        ["tenant", "agent_name", "agent_version", "created_at"],
+        sqlite_where=sa.text("agent_name != ''"),
+        postgresql_where=sa.text("agent_name != ''"),
     )
 
 
