@@ -120,3 +120,24 @@ def messages_query(request: pb_session.ListSessionMessagesRequest) -> MessagesQu
     session_id = uuid_field(request.session_id, "session_id")
     limit = page_limit(request.limit, "limit", MESSAGES_LIMIT_DEFAULT, MESSAGES_LIMIT_MAX)
     return MessagesQuery(session_id=session_id, from_position=request.from_position, limit=limit)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionWatch:
+    session_id: str
+    after_run_id: str
+    after_sequence: int
+
+
+def session_watch_query(request: pb_session.WatchSessionEventsRequest) -> SessionWatch:
+    """Validate WatchSessionEvents: the session id, and the cursor (a run id and a sequence,
+    or neither)."""
+    session_id = uuid_field(request.session_id, "session_id")
+    after_run_id = uuid_field(request.after_run_id, "after_run_id") if request.after_run_id else ""
+    if request.after_sequence and not after_run_id:
+        raise InvalidArgument("after_sequence needs after_run_id: the run of that event")
+    if request.after_sequence > MAX_SEQUENCE:
+        raise InvalidArgument(f"after_sequence must be at most {MAX_SEQUENCE}")
+    return SessionWatch(
+        session_id=session_id, after_run_id=after_run_id, after_sequence=request.after_sequence
+    )

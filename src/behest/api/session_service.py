@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
+from behest._proto.agent.v1 import run_pb2 as run_pb
 from behest._proto.agent.v1 import session_pb2 as pb
 from behest.api import convert
 from behest.api.auth import current_caller
 from behest.api.fields import uuid_field
-from behest.api.queries import messages_query, sessions_page
+from behest.api.queries import messages_query, session_watch_query, sessions_page
 from behest.runs.operations import Operations
 
 
@@ -44,6 +47,19 @@ class SessionServicer:
         return pb.ListSessionMessagesResponse(
             messages=[convert.message(m) for m in messages], next_position=following, more=more
         )
+
+    async def WatchSessionEvents(
+        self, request: pb.WatchSessionEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[run_pb.AgentEvent]:
+        query = session_watch_query(request)
+        events = self._runs.watch_session(
+            current_caller(),
+            query.session_id,
+            after_run_id=query.after_run_id,
+            after_sequence=query.after_sequence,
+        )
+        async for event in events:
+            yield convert.event(event)
 
     async def DeleteSession(
         self, request: pb.DeleteSessionRequest, context: grpc.aio.ServicerContext

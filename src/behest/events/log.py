@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from behest.domain.events import Event
+from behest.domain.events import Event, RunStarted
 from behest.domain.runs import CreatedRun
 from behest.errors import Fenced, StorageFault, StorageLocked
 from behest.events.health import WriteHealth
@@ -33,6 +33,15 @@ log = logging.getLogger(__name__)
 # Readers ask the store after this long without a wake-up: commits by another process (a
 # replica, or this one before a restart) are seen so while no channel tells of them…
 POLL_S = 1.0
+# Wake-ups of session readers (runs/session_stream.py): a run of the session started here;
+# a run started on another replica (whose session a notification does not say).
+NEW_RUNS = "runs:started"
+
+
+def session_key(session_id: str) -> str:
+    return f"session:{session_id}"
+
+
 # …and this seldom while the replicas' channel is up (a safety net only).
 QUIET_POLL_S = 30.0
 # A batch refused because another writer holds the database is tried again this long (each
@@ -306,10 +315,13 @@ class EventLog:
     # --- other replicas' commits (PostgreSQL notifications) ----------------------------
 
     def remote_commits(self, last: dict[str, int]) -> None:
-        """Runs whose logs another replica extended, to their last sequence: wake readers."""
+        """Runs whose logs another replica extended, to their last sequence: wake readers
+        (and the readers of sessions, when a log begins: a run started there)."""
         for run_id, sequence in last.items():
             self.recent.behind(run_id, sequence)
             self.notifier.notify(run_id)
+            if sequence == 1:
+                self.notifier.notify(NEW_RUNS)
 
     def remote_state(self, up: bool) -> None:
         """The replicas' channel is up (readers need not poll) or down (they poll); every
@@ -323,6 +335,9 @@ class EventLog:
             self.recent.add(event)
         for run_id in {e.run_id for e in events}:
             self.notifier.notify(run_id)
+        for event in events:
+            if isinstance(event.payload, RunStarted):  # the session's readers look again
+                self.notifier.notify(session_key(event.payload.session_id))
 
 
 class CommitUncertain(Exception):

@@ -32,6 +32,19 @@ class Notifier:
             event.set()
 
     @staticmethod
+    async def wait_any(tickets: list[asyncio.Event], seconds: float) -> bool:
+        """Wait for one of the tickets to fire (True) or for `seconds` to pass (False)."""
+        waiters = [asyncio.ensure_future(ticket.wait()) for ticket in tickets]
+        try:
+            done, _ = await asyncio.wait(
+                waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return bool(done)
+
+    @staticmethod
     async def wait(ticket: asyncio.Event, seconds: float) -> bool:
         """Wait for the ticket to fire (True) or for `seconds` to pass (False)."""
         with contextlib.suppress(TimeoutError):

@@ -32,6 +32,7 @@ from behest.runs import catalog
 from behest.runs.agents import AgentCatalog
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
+from behest.runs.session_stream import follow_session
 from behest.runs.stream import follow
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.runs.tickets import StreamTickets
@@ -227,6 +228,21 @@ class Operations(ToolOperations):
         if found is None or found.tenant != caller.tenant:
             raise NotFound(f"session {session_id} not found")
         return found
+
+    async def watch_session(
+        self, caller: Caller, session_id: str, *, after_run_id: str, after_sequence: int
+    ) -> AsyncIterator[Event]:
+        """Every event of the session's runs after the cursor (runs/session_stream.py)."""
+        await self.get_session(caller, session_id)
+        events = follow_session(
+            self._store,
+            self._log,
+            session_id,
+            after_run_id=after_run_id,
+            after_sequence=after_sequence,
+        )
+        async for event in events:
+            yield event
 
     async def session_messages(
         self, caller: Caller, session_id: str, *, from_position: int, limit: int

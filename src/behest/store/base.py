@@ -301,6 +301,10 @@ class Store(AgentStore, Protocol):
         """The tenant's sessions, newest first, each with its run and message counts."""
         ...
 
+    async def session_runs(self, session_id: str) -> list[str]:
+        """The ids of the session's runs that have started, in the order they started."""
+        ...
+
     async def get_session(self, session_id: str) -> Session | None:
         """The session, whichever tenant's (callers check `Session.tenant` against theirs)."""
         ...

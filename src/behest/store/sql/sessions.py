@@ -35,6 +35,15 @@ _SESSIONS = sa.select(
     t.sessions, _RUN_COUNT.label("run_count"), _MESSAGE_COUNT.label("message_count")
 )
 GET_SESSION = _SESSIONS.where(t.sessions.c.id == sa.bindparam("b_session"))
+# The runs of a session in the order they started: by the position of their first message
+# (a run's input is its first; a session has one active run at a time), through the index
+# that leads with the session. Clocks of replicas play no part.
+_SESSION_RUNS = (
+    sa.select(t.messages.c.run_id)
+    .where(t.messages.c.session_id == sa.bindparam("b_session"))
+    .group_by(t.messages.c.run_id)
+    .order_by(sa.func.min(t.messages.c.position))
+)
 # Positions are INTEGER: a from_position beyond it finds nothing.
 MAX_POSITION = 2**31 - 1
 
@@ -48,6 +57,11 @@ def list_sessions(conn: Connection, *, tenant: str, limit: int, offset: int) -> 
         .offset(offset)
     )
     return [session_from_row(row) for row in conn.execute(query)]
+
+
+def session_runs(conn: Connection, session_id: str) -> list[str]:
+    """The ids of the session's runs that have started, in the order they started."""
+    return [row.run_id for row in conn.execute(_SESSION_RUNS, {"b_session": session_id})]
 
 
 def get_session(conn: Connection, session_id: str) -> Session | None:

@@ -301,6 +301,10 @@ class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSq
         async with self.engines.reader.connect() as conn:
             return await conn.run_sync(sessions.get_session, session_id)
 
+    async def session_runs(self, session_id: str) -> list[str]:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(sessions.session_runs, session_id)
+
     async def session_messages_page(
         self, session_id: str, *, from_position: int, limit: int
     ) -> list[Message]:

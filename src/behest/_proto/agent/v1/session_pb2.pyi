@@ -235,3 +235,35 @@ class DeleteSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSessionResponse: _TypeAlias = DeleteSessionResponse  # noqa: Y015
+
+@_typing.final
+class WatchSessionEventsRequest(_message.Message):
+    """Added in behest 0.11: follow a whole session, its runs one after another."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_RUN_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    after_run_id: _builtins.str
+    """The last event the client has seen, by its run_id and sequence (AgentEvent's): the
+    stream goes on after it. Both empty: from the session's first event. The run must be
+    one of the session's (else INVALID_ARGUMENT); a sequence past the end of a run that
+    ended is OUT_OF_RANGE.
+    """
+    after_sequence: _builtins.int
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        after_run_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_run_id", b"after_run_id", "after_sequence", b"after_sequence", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSessionEventsRequest: _TypeAlias = WatchSessionEventsRequest  # noqa: Y015

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from behest._proto.agent.v1 import run_pb2 as agent_dot_v1_dot_run__pb2
 from behest._proto.agent.v1 import session_pb2 as agent_dot_v1_dot_session__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -56,6 +57,11 @@ class SessionServiceStub:
                 request_serializer=agent_dot_v1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=agent_dot_v1_dot_session__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
+        self.WatchSessionEvents = channel.unary_stream(
+                '/agent.v1.SessionService/WatchSessionEvents',
+                request_serializer=agent_dot_v1_dot_session__pb2.WatchSessionEventsRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.AgentEvent.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -88,6 +94,16 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchSessionEvents(self, request, context):
+        """Added in behest 0.11. Every event of every run of the session, the runs started later
+        included, in the order they were stored: each run's events in sequence, the runs in the
+        order they started (a session has one active run at a time). It does not end: a chat
+        front end opens it once, and resumes it after a break from the last event it saw.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +126,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.DeleteSession,
                     request_deserializer=agent_dot_v1_dot_session__pb2.DeleteSessionRequest.FromString,
                     response_serializer=agent_dot_v1_dot_session__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'WatchSessionEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSessionEvents,
+                    request_deserializer=agent_dot_v1_dot_session__pb2.WatchSessionEventsRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.AgentEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +243,33 @@ class SessionService:
             '/agent.v1.SessionService/DeleteSession',
             agent_dot_v1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
             agent_dot_v1_dot_session__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSessionEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agent.v1.SessionService/WatchSessionEvents',
+            agent_dot_v1_dot_session__pb2.WatchSessionEventsRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.AgentEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,6 +3,7 @@
 isort:skip_file
 """
 
+from behest._proto.agent.v1 import run_pb2 as _run_pb2
 from behest._proto.agent.v1 import session_pb2 as _session_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -40,6 +41,12 @@ class SessionServiceStub:
     ListSessionMessages: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionMessagesRequest, _session_pb2.ListSessionMessagesResponse]
     DeleteSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.DeleteSessionRequest, _session_pb2.DeleteSessionResponse]
     """FAILED_PRECONDITION while a run is active on the session."""
+    WatchSessionEvents: _grpc.UnaryStreamMultiCallable[_session_pb2.WatchSessionEventsRequest, _run_pb2.AgentEvent]
+    """Added in behest 0.11. Every event of every run of the session, the runs started later
+    included, in the order they were stored: each run's events in sequence, the runs in the
+    order they started (a session has one active run at a time). It does not end: a chat
+    front end opens it once, and resumes it after a break from the last event it saw.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -53,6 +60,12 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListSessionMessages: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionMessagesRequest, _session_pb2.ListSessionMessagesResponse]  # type: ignore[assignment]
     DeleteSession: _aio.UnaryUnaryMultiCallable[_session_pb2.DeleteSessionRequest, _session_pb2.DeleteSessionResponse]  # type: ignore[assignment]
     """FAILED_PRECONDITION while a run is active on the session."""
+    WatchSessionEvents: _aio.UnaryStreamMultiCallable[_session_pb2.WatchSessionEventsRequest, _run_pb2.AgentEvent]  # type: ignore[assignment]
+    """Added in behest 0.11. Every event of every run of the session, the runs started later
+    included, in the order they were stored: each run's events in sequence, the runs in the
+    order they started (a session has one active run at a time). It does not end: a chat
+    front end opens it once, and resumes it after a break from the last event it saw.
+    """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """Added in behest 0.6: sessions of the caller's tenant; deleting one erases everything of it
@@ -87,5 +100,17 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.DeleteSessionResponse, _abc.Awaitable[_session_pb2.DeleteSessionResponse]]:
         """FAILED_PRECONDITION while a run is active on the session."""
+
+    @_abc_1.abstractmethod
+    def WatchSessionEvents(
+        self,
+        request: _session_pb2.WatchSessionEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_run_pb2.AgentEvent], _abc.AsyncIterator[_run_pb2.AgentEvent]]:
+        """Added in behest 0.11. Every event of every run of the session, the runs started later
+        included, in the order they were stored: each run's events in sequence, the runs in the
+        order they started (a session has one active run at a time). It does not end: a chat
+        front end opens it once, and resumes it after a break from the last event it saw.
+        """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
