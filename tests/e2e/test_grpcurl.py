@@ -1463,3 +1463,28 @@ async def test_mtls_lists_the_runs_of_the_certificates_tenant(recipes: Recipes) 
     assert refused.code == 1, refused.stderr
     assert "Failed to dial target host" in refused.stderr
     assert refused.stdout == ""
+
+
+EXIT_DEADLINE_EXCEEDED = 64 + 4
+
+
+@runs("agent.v1.SessionService/WatchSessionEvents")
+async def test_watch_session_events_follows_every_run_after_the_cursor(recipes: Recipes) -> None:
+    session_id = await session_with_runs(recipes, unique("first"), unique("second"))
+    listed = await recipes.server.runs.ListRuns(pb.ListRunsRequest(session_id=session_id))
+    first, second = sorted(listed.runs, key=lambda r: r.created_at.ToNanoseconds())
+    whole = [
+        MessageToDict(e, preserving_proto_field_name=True)
+        for run in (first, second)
+        for e in await collect(
+            recipes.server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run.id))
+        )
+    ]
+    # As written in the doc: after the first run's event 1, until -max-time ends it.
+    result = await recipes.run(
+        "agent.v1.SessionService/WatchSessionEvents", session_id=session_id, run_id=first.id
+    )
+    assert result.code == EXIT_DEADLINE_EXCEEDED, result.stderr
+    assert result.error()[0] == "DeadlineExceeded"
+    assert result.documents() == whole[1:]
+    assert [event_kind(e) for e in result.documents()].count("run_completed") == 2

@@ -19,9 +19,11 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest._proto.agent.v1 import session_pb2 as spb
 from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
+from behest.client import BehestClient, Event
 from tests.stored import fresh_database
 from tests.support import (
     Server,
+    behest,
     collect,
     create_request,
     fast_settings,
@@ -198,3 +200,41 @@ async def test_a_session_is_watched_through_another_replica(
         seen = await reader
         stream.cancel()
         assert keys(seen) == keys(await whole_logs(a.runs, run_ids))
+
+
+async def test_the_python_client_and_the_cli_follow_a_session(server: Server) -> None:
+    first = await server.runs.CreateRun(create_request(script({"text": "one"}), model="script"))
+    session_id = first.session_id
+    async with BehestClient(server.address) as client:
+
+        async def two_runs() -> list[Event]:
+            seen: list[Event] = []
+            async for event in client.watch_session(session_id):
+                seen.append(event)
+                if sum(e.terminal for e in seen) == 2:
+                    return seen
+            raise AssertionError("the session's stream ended")
+
+        reader = asyncio.create_task(two_runs())
+        await collect(server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=first.run_id)))
+        second = await server.runs.CreateRun(turn(session_id, "two"))
+        async with asyncio.timeout(30):
+            seen = await reader
+        whole = await whole_logs(server.runs, [first.run_id, second.run_id])
+        assert [(e.run_id, e.sequence) for e in seen] == keys(whole)
+        after = f"{first.run_id}:{whole[0].sequence}"
+        printed = await behest(
+            "sessions",
+            "watch",
+            session_id,
+            "--after",
+            after,
+            "--runs",
+            "2",
+            "--server",
+            server.address,
+        )
+    assert printed.code == 0, printed.err
+    completed = "✓ completed (stop, 1 iteration)"
+    assert printed.out.split("\n")[:4] == ["one", completed, "two", completed]
+    assert f"run {second.run_id}  session {session_id}" in printed.err

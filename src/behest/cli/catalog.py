@@ -28,6 +28,8 @@ from behest.cli.formats import (
     format_tools,
     format_usage,
 )
+from behest.cli.render import EventPrinter
+from behest.cli.waits import UsageError
 from behest.client import BehestClient
 from behest.config import Settings
 
@@ -51,6 +53,15 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     messages.add_argument("--from", dest="start", type=int, default=0, metavar="POSITION")
     messages.add_argument("--json", action="store_true", help="one JSON object per line")
     messages.set_defaults(func=lambda args, printer: _sessions_messages(args, client))
+    watch = actions.add_parser(
+        "watch", parents=[server], help="follow every run of a session, later ones included"
+    )
+    watch.add_argument("session_id")
+    watch.add_argument(
+        "--after", default="", metavar="RUN_ID:SEQUENCE", help="go on after this event"
+    )
+    watch.add_argument("--runs", type=int, default=0, help="stop once this many runs ended")
+    watch.set_defaults(func=lambda args, printer: _sessions_watch(args, printer, client))
     delete = actions.add_parser(
         "delete", parents=[server], help="erase a session with its runs and their events"
     )
@@ -94,6 +105,30 @@ def add_run_actions(actions: Any, server: argparse.ArgumentParser, client: Clien
     prune.add_argument("--config", help="a TOML settings file (default $BEHEST_CONFIG)")
     prune.add_argument("--data-dir", help="where the SQLite database lives")
     prune.set_defaults(func=lambda args, printer: _runs_prune(args))
+
+
+def _sessions_watch(args: argparse.Namespace, printer: EventPrinter, client: ClientFactory) -> int:
+    run_id, _, sequence = args.after.partition(":")
+    if args.after and not sequence.isdigit():
+        raise UsageError(f"--after: RUN_ID:SEQUENCE, e.g. the last line's; not {args.after!r}")
+
+    async def go() -> int:
+        ended = 0
+        shown = printer
+        async with client(args) as behest:
+            events = behest.watch_session(
+                args.session_id, after_run_id=run_id, after_sequence=int(sequence or 0)
+            )
+            async for event in events:
+                if event.run_id != shown.run_id and shown.run_id:  # each run as `watch` shows it
+                    shown = EventPrinter(printer.out, printer.err)
+                shown.render(event)
+                ended += event.terminal
+                if args.runs and ended >= args.runs:
+                    return EXIT_OK
+        return EXIT_OK
+
+    return asyncio.run(go())
 
 
 def _sessions_list(args: argparse.Namespace, client: ClientFactory) -> int:

@@ -30,6 +30,7 @@ from behest.client._errors import Unavailable, error_of
 from behest.client._events import Event
 from behest.client._executions import ToolExecutions
 from behest.client._options import RunOptions
+from behest.client._session_watch import SessionWatch
 from behest.client._types import (
     CreatedRun,
     Message,
@@ -48,7 +49,7 @@ _DEFAULTS = RunOptions()
 _NOT_OPEN = "BehestClient is not open; use `async with BehestClient(...)`"
 
 
-class BehestClient(ToolExecutions, AgentCalls):
+class BehestClient(ToolExecutions, AgentCalls, SessionWatch):
     """behest's services over one channel; use as `async with BehestClient(address) as c:`.
 
     Files are read here: an unreadable one raises OSError; a token gRPC cannot send, or a

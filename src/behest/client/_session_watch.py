@@ -1,0 +1,61 @@
+"""BehestClient's watch of a whole session (WatchSessionEvents): every event of its runs, the
+runs started later included; it does not end by itself. After a break (UNAVAILABLE: a
+restart, a failover) it comes back from the last event it yielded — that event's run and
+sequence are the session's cursor — with the client's reconnect backoff, so nothing is missed
+or repeated."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc.aio
+
+from behest.client import _wire
+from behest.client._channel import Backoff
+from behest.client._errors import Unavailable, error_of
+from behest.client._events import Event
+
+
+class SessionWatch:
+    """Mixed into BehestClient, whose stubs, call metadata and backoff this uses."""
+
+    @property
+    def _s(self) -> _wire.Stubs:
+        raise NotImplementedError
+
+    _backoff: Backoff
+
+    @property
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        raise NotImplementedError
+
+    async def watch_session(
+        self, session_id: str, *, after_run_id: str = "", after_sequence: int = 0
+    ) -> AsyncIterator[Event]:
+        """Yield the session's events after (after_run_id, after_sequence) — none given: from
+        its first — as they are stored, resuming after breaks; stop iterating to end it."""
+        last = (after_run_id, after_sequence)
+        attempt = 0
+        while True:
+            request = _wire.session.WatchSessionEventsRequest(
+                session_id=session_id, after_run_id=last[0], after_sequence=last[1]
+            )
+            call = self._s.sessions.WatchSessionEvents(request, metadata=self.call_metadata)
+            try:
+                async for wire_event in call:
+                    event = _wire.event_of(wire_event)
+                    last, attempt = (event.run_id, event.sequence), 0
+                    yield event
+                error: Unavailable = Unavailable(
+                    grpc.StatusCode.UNAVAILABLE, "the server ended the session's stream"
+                )
+            except grpc.aio.AioRpcError as exc:
+                translated = error_of(exc)
+                if not isinstance(translated, Unavailable):
+                    raise translated from None
+                error = translated
+            finally:
+                call.cancel()
+            if not await self._backoff.wait(attempt):
+                raise error
+            attempt += 1
