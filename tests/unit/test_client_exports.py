@@ -45,6 +45,7 @@ def test_enums_mirror_the_protos() -> None:
         (c.FinishReason, common_pb2.FinishReason, "FINISH_REASON_"),
         (c.FailureCode, run_pb2.FailureCode, "FAILURE_CODE_"),
         (c.CancelSource, run_pb2.CancelSource, "CANCEL_SOURCE_"),
+        (c.BusyPolicy, run_pb2.BusyPolicy, "BUSY_POLICY_"),
         (c.BudgetKind, run_pb2.BudgetKind, "BUDGET_KIND_"),
         (c.Decision, run_pb2.ApprovalDecision, "APPROVAL_DECISION_"),
         (c.PendingCallKind, run_pb2.PendingCallKind, "PENDING_CALL_KIND_"),

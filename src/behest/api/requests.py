@@ -21,6 +21,7 @@ from behest.domain.output import DEFAULT_NAME, ResponseFormat, remote_refs
 from behest.domain.runs import (
     EFFORTS,
     MIN_THINKING_BUDGET,
+    BusyPolicy,
     Reasoning,
     RunRequest,
     ToolChoice,
@@ -117,6 +118,10 @@ def run_request(
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     if request.start_session and session_id is None:
         raise InvalidArgument("start_session needs session_id: the UUID of the session to start")
+    try:
+        on_busy = BusyPolicy(request.on_busy)
+    except ValueError:
+        raise InvalidArgument(f"on_busy {request.on_busy} is not a BusyPolicy value") from None
     return RunRequest(
         session_id=session_id,
         provider=provider,
@@ -135,6 +140,7 @@ def run_request(
         reasoning=reasoning,
         content=content,
         start_session=request.start_session,
+        on_busy=on_busy,
     )
 
 

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from behest.cli.waits import UsageError
-from behest.client import ImagePart, Reasoning, ResponseFormat, RunOptions, attachment
+from behest.client import (
+    BusyPolicy,
+    ImagePart,
+    Reasoning,
+    ResponseFormat,
+    RunOptions,
+    attachment,
+)
 
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
@@ -53,6 +60,7 @@ def run_options(args: argparse.Namespace, waits: dict[str, Any]) -> RunOptions:
         reasoning = Reasoning(args.reasoning_effort or "", args.thinking_budget)
     return RunOptions(
         session_id=args.session,
+        on_busy=BusyPolicy[getattr(args, "on_busy", "reject").upper()],
         agent=args.agent,
         provider=args.provider,
         model=args.model,

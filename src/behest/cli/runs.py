@@ -31,6 +31,13 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     run.add_argument("input", help="the user's message")
     run.add_argument("--session", default="", help="continue this session")
     run.add_argument(
+        "--on-busy",
+        default="reject",
+        choices=["reject", "interrupt", "rollback"],
+        help="with --session, when its run is still going: refuse (default), cancel it, or "
+        "cancel it and take its messages out of the session",
+    )
+    run.add_argument(
         "--agent",
         default="",
         metavar="REF",

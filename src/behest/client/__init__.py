@@ -17,6 +17,7 @@ from behest.client._agents import Agent, AgentDefinition, AgentVersion, Versione
 from behest.client._client import BehestClient
 from behest.client._enums import (
     BudgetKind,
+    BusyPolicy,
     CancelSource,
     Decision,
     ExecutionStatus,
@@ -123,6 +124,7 @@ __all__ = [
     "Budget",
     "BudgetExceeded",
     "BudgetKind",
+    "BusyPolicy",
     "CancelSource",
     "ClientTool",
     "ClientToolAnswered",

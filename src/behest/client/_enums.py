@@ -69,6 +69,18 @@ class CancelSource(enum.IntEnum):
     UNSPECIFIED = 0
     CALLER = 1
     PARENT_RUN = 2
+    NEW_RUN = 3  # a new message on its session interrupted it (BusyPolicy)
+
+
+class BusyPolicy(enum.IntEnum):
+    """What a new run does when its session's run is still active (agent.v1.BusyPolicy):
+    REJECT (the default), INTERRUPT (cancel it, keep its messages), ROLLBACK (cancel it, its
+    messages leave the session's history)."""
+
+    UNSPECIFIED = 0
+    REJECT = 1
+    INTERRUPT = 3
+    ROLLBACK = 4
 
 
 class BudgetKind(enum.IntEnum):

@@ -18,6 +18,7 @@ from typing import Any
 
 from behest.client._enums import (
     BudgetKind,
+    BusyPolicy,
     CancelSource,
     Decision,
     FailureCode,
@@ -44,6 +45,9 @@ class RunStarted:
     content: tuple[ContentPart, ...] = ()
     agent_name: str = ""
     agent_version: int = 0
+    # The run of the session this one cancelled to start, and the policy (RunOptions.on_busy).
+    interrupted_run_id: str = ""
+    on_busy: BusyPolicy = BusyPolicy.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from behest.client._enums import BusyPolicy
 from behest.client._types import Budget, ContentPart, Reasoning, ResponseFormat
 from behest.client._waits import ClientTool
 
@@ -27,6 +28,8 @@ class RunOptions:
     """
 
     session_id: str = ""
+    # With session_id, when its run is still active: reject (default), interrupt, rollback.
+    on_busy: BusyPolicy = BusyPolicy.UNSPECIFIED
     agent: str = ""
     provider: str = ""
     model: str = ""

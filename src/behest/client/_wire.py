@@ -65,6 +65,7 @@ def create_request(input: str, options: RunOptions, request_id: str) -> Any:
         provider=common_pb2.ProviderId(value=options.provider or ("local" if own else "")),
         model=common_pb2.ModelName(value=options.model or ("echo" if own else "")),
         agent=options.agent,
+        on_busy=int(options.on_busy),  # type: ignore[arg-type]
         input=input,
         metadata=options.metadata,
         tool_choice=options.tool_choice,
@@ -197,6 +198,7 @@ _ENUMS: dict[str, type[Any]] = {
     "agent.v1.FinishReason": _enums.FinishReason,
     "agent.v1.FailureCode": _enums.FailureCode,
     "agent.v1.CancelSource": _enums.CancelSource,
+    "agent.v1.BusyPolicy": _enums.BusyPolicy,
     "agent.v1.BudgetKind": _enums.BudgetKind,
     "agent.v1.ApprovalDecision": _enums.Decision,
     "agent.v1.PendingCallKind": _enums.PendingCallKind,

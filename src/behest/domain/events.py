@@ -8,7 +8,7 @@ from datetime import datetime
 from behest.domain.content import ContentPart
 from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.runs import BusyPolicy, FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
 
@@ -23,6 +23,9 @@ class RunStarted:
     # The stored agent the run is of, and the version it resolved to ("" and 0: none).
     agent_name: str = ""
     agent_version: int = 0
+    # The run of the session it cancelled to start, and how (domain/runs.py BusyPolicy).
+    interrupted_run_id: str = ""
+    on_busy: BusyPolicy = BusyPolicy.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,20 @@ class ToolChoice(enum.StrEnum):
     REQUIRED = "required"
 
 
+class BusyPolicy(enum.IntEnum):
+    """What a new run does to its session's active run (double-texting); values match
+    agent.v1.BusyPolicy."""
+
+    UNSPECIFIED = 0
+    REJECT = 1
+    INTERRUPT = 3
+    ROLLBACK = 4
+
+    @property
+    def cancels(self) -> bool:
+        return self in (BusyPolicy.INTERRUPT, BusyPolicy.ROLLBACK)
+
+
 EFFORTS = ("low", "medium", "high")
 MIN_THINKING_BUDGET = 1024  # Anthropic's least thinking budget
 
@@ -120,6 +134,10 @@ class RunRequest:
     depth: int = 0
     # The stored agent the run is of (domain/agents.py), resolved by behest; None: none.
     agent: RunAgent | None = None
+    # With session_id: what to do when its run is active; the run this one cancelled to
+    # start (set by behest), told in RunStarted.
+    on_busy: BusyPolicy = BusyPolicy.UNSPECIFIED
+    interrupted_run_id: str = ""
 
     def fingerprint(self) -> str:
         """What must match for a repeated client_request_id to mean the same request."""
@@ -142,6 +160,8 @@ class RunRequest:
             waits.append("start_session")
         if self.agent is not None:
             waits.append(repr([self.agent.name, self.agent.version]))
+        if self.on_busy:
+            waits.append(f"on_busy:{int(self.on_busy)}")
         body = json.dumps(
             [
                 self.session_id or "",

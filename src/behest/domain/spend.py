@@ -57,6 +57,8 @@ class CancelSource(enum.IntEnum):
     UNSPECIFIED = 0
     CALLER = 1
     PARENT_RUN = 2
+    # A new run of its session interrupted it (double-texting: domain/runs.py BusyPolicy).
+    NEW_RUN = 3
 
 
 class BudgetKind(enum.IntEnum):

@@ -49,6 +49,7 @@ def new_run(
             trace_id=format(ids.trace_id, "032x"),
             span_id=format(ids.span_id, "016x"),
             content=request.content,
+            busy=(request.interrupted_run_id, request.on_busy),
         ),
     )
 

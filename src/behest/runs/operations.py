@@ -31,6 +31,7 @@ from behest.providers.registry import ProviderRegistry
 from behest.runs import catalog
 from behest.runs.agents import AgentCatalog
 from behest.runs.compaction_settings import CompactionSettings
+from behest.runs.double_texting import make_room
 from behest.runs.executor import Executor
 from behest.runs.session_stream import follow_session
 from behest.runs.stream import follow
@@ -123,6 +124,8 @@ class Operations(ToolOperations):
     async def create(
         self, caller: Caller, request: RunRequest, *, traceparent: str = ""
     ) -> CreatedRun:
+        """Create a run; on a busy session, after what its on_busy says (double_texting.py)."""
+        request = await make_room(self._store, self._executor, caller, request)
         created = await self._executor.create(
             request, tenant=caller.tenant, traceparent=traceparent
         )

@@ -8,18 +8,24 @@ from datetime import UTC, datetime
 from behest.domain import events as ev
 from behest.domain.content import ContentPart, joined_text
 from behest.domain.messages import Message, Role
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import BusyPolicy, Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import TokenUsage
 from behest.events.run_log import numbered
 from behest.store.writes import AppendEvent, AppendMessage, Fence, PutSnapshot, Write
 
+# The run a new one cancelled to start, and the policy that said so (domain/runs.py).
+Busy = tuple[str, BusyPolicy]
 
-def run_started(run: Run, content: tuple[ContentPart, ...] = ()) -> ev.RunStarted:
-    """RunStarted; the run's content parts as references (never their bytes)."""
+
+def run_started(
+    run: Run, content: tuple[ContentPart, ...] = (), busy: Busy = ("", BusyPolicy.UNSPECIFIED)
+) -> ev.RunStarted:
+    """RunStarted; the run's content parts as references (never their bytes), and the run
+    it cancelled to start (`busy`: its id, the policy)."""
     references = tuple(part.reference() for part in content)
     agent = (run.agent.name, run.agent.version) if run.agent else ("", 0)
-    return ev.RunStarted(run.session_id, run.provider, run.model, references, *agent)
+    return ev.RunStarted(run.session_id, run.provider, run.model, references, *agent, *busy)
 
 
 def user_message(run: Run, position: int, content: tuple[ContentPart, ...] = ()) -> Message:
@@ -58,13 +64,14 @@ def first_step(
     trace_id: str,
     span_id: str,
     content: tuple[ContentPart, ...] = (),
+    busy: Busy = ("", BusyPolicy.UNSPECIFIED),
 ) -> list[Write]:
     """The writes that start a run: RunStarted (sequence 1), the user's message (with the
     request's content parts), the state."""
     (event,) = numbered(
         run.id,
         0,
-        [run_started(run, content)],
+        [run_started(run, content, busy)],
         datetime.now(UTC),
         trace_id=trace_id,
         span_id=span_id,

@@ -20,6 +20,7 @@ from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
 from behest.domain.workers import ResultRefused, Task, TaskResult, TaskState, WorkerRecord
 from behest.errors import StorageFault
 from behest.store.agent_store import AgentStore
+from behest.store.session_store import SessionStore
 from behest.store.writes import BatchResult, NewRun, Write
 
 
@@ -43,7 +44,7 @@ class NodeRecord:
     pid: int
 
 
-class Store(AgentStore, Protocol):
+class Store(AgentStore, SessionStore, Protocol):
     """Sessions, messages, runs, events, snapshots, idempotency keys and compaction state.
 
     Text handed to the store never contains NUL (PostgreSQL cannot store it): the API rejects
@@ -299,10 +300,6 @@ class Store(AgentStore, Protocol):
 
     async def list_sessions(self, *, tenant: str, limit: int, offset: int) -> list[Session]:
         """The tenant's sessions, newest first, each with its run and message counts."""
-        ...
-
-    async def session_runs(self, session_id: str) -> list[str]:
-        """The ids of the session's runs that have started, in the order they started."""
         ...
 
     async def get_session(self, session_id: str) -> Session | None:

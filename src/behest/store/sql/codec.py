@@ -12,7 +12,7 @@ from behest.domain import events as ev
 from behest.domain.content import ContentPart, PartKind
 from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.runs import BusyPolicy, FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
 
@@ -100,6 +100,8 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[name] = tuple(content_part(part) for part in value)
         elif name == "verdict":
             data[name] = Verdict(value)
+        elif name == "on_busy":
+            data[name] = BusyPolicy(value)
     return cls(**data)
 
 

@@ -16,6 +16,7 @@ from behest.domain.messages import Message
 from behest.domain.sessions import Session
 from behest.store.sql import rows
 from behest.store.sql import tables as t
+from behest.store.sql.engine import Engines
 
 _RUN_COUNT = (
     sa.select(sa.func.count())
@@ -27,7 +28,7 @@ _RUN_COUNT = (
 _MESSAGE_COUNT = (
     sa.select(sa.func.count())
     .select_from(t.messages)
-    .where(t.messages.c.session_id == t.sessions.c.id)
+    .where(t.messages.c.session_id == t.sessions.c.id, ~t.messages.c.rolled_back)
     .correlate(t.sessions)
     .scalar_subquery()
 )
@@ -78,11 +79,46 @@ def messages_page(
         return []
     query = (
         sa.select(t.messages)
-        .where(t.messages.c.session_id == session_id, t.messages.c.position >= from_position)
+        .where(
+            t.messages.c.session_id == session_id,
+            t.messages.c.position >= from_position,
+            ~t.messages.c.rolled_back,
+        )
         .order_by(t.messages.c.position)
         .limit(limit)
     )
     return [rows.message_from_row(row) for row in conn.execute(query)]
+
+
+def roll_back(conn: Connection, run_id: str) -> int:
+    """Take the run's messages out of its session's history."""
+    result = conn.execute(
+        sa.update(t.messages)
+        .where(t.messages.c.run_id == run_id, ~t.messages.c.rolled_back)
+        .values(rolled_back=True)
+    )
+    return int(result.rowcount)
+
+
+class SessionsInSql:
+    """The Store's SessionStore methods, for SqlStore (which has `engines`)."""
+
+    @property
+    def engines(self) -> Engines:
+        raise NotImplementedError
+
+    async def session_runs(self, session_id: str) -> list[str]:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(session_runs, session_id)
+
+    async def run_of_key(self, tenant: str, key: str) -> str | None:
+        keys = t.idempotency_keys
+        query = sa.select(keys.c.run_id).where(keys.c.identity == tenant, keys.c.key == key)
+        async with self.engines.reader.connect() as conn:
+            return (await conn.execute(query)).scalar()
+
+    async def roll_back_run(self, run_id: str) -> int:
+        return await self.engines.writer.write_small(roll_back, run_id)
 
 
 def session_from_row(row: Any) -> Session:

@@ -40,6 +40,7 @@ from behest.store.sql.creation import fresh_statement, get_run, is_fresh
 from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.executions import ToolExecutionsInSql
 from behest.store.sql.faults import fault_of
+from behest.store.sql.sessions import SessionsInSql
 from behest.store.sql.tickets import StreamTicketsInSql
 from behest.store.sql.workers import WorkersInSql
 from behest.store.sql.writes import apply_writes
@@ -51,7 +52,7 @@ SMALL_BATCH_ROWS = 16
 CREATION_ROWS = 5
 
 
-class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSql):
+class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSql, SessionsInSql):
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
     def __init__(
@@ -284,7 +285,8 @@ class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSq
         return await reads.last_sequence(self.engines.reader, run_id)
 
     async def session_messages(self, session_id: str) -> list[Message]:
-        return await reads.read_messages(self.engines.reader, t.messages.c.session_id == session_id)
+        in_history = t.messages.c.session_id == session_id, ~t.messages.c.rolled_back
+        return await reads.read_messages(self.engines.reader, sa.and_(*in_history))
 
     async def run_messages(self, run_id: str) -> list[Message]:
         return await reads.read_messages(self.engines.reader, t.messages.c.run_id == run_id)
@@ -300,10 +302,6 @@ class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSq
     async def get_session(self, session_id: str) -> Session | None:
         async with self.engines.reader.connect() as conn:
             return await conn.run_sync(sessions.get_session, session_id)
-
-    async def session_runs(self, session_id: str) -> list[str]:
-        async with self.engines.reader.connect() as conn:
-            return await conn.run_sync(sessions.session_runs, session_id)
 
     async def session_messages_page(
         self, session_id: str, *, from_position: int, limit: int

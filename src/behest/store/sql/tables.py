@@ -185,6 +185,8 @@ messages = sa.Table(
     # their bytes are in content_blobs.
     sa.Column("parts", sa.Text, nullable=True),
     sa.Column("created_at", Ts, nullable=False),
+    # Out of the session's history: its run was rolled back (migration 0020); still the run's.
+    sa.Column("rolled_back", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.UniqueConstraint("session_id", "position", name="uq_messages_session_position"),
     sa.Index("ix_messages_run", "run_id"),
 )

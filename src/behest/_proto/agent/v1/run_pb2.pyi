@@ -110,6 +110,10 @@ class _CancelSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CancelSo
     """A caller's CancelRun."""
     CANCEL_SOURCE_PARENT_RUN: _CancelSource.ValueType  # 2
     """Its parent run was cancelled (sub-agent runs)."""
+    CANCEL_SOURCE_NEW_RUN: _CancelSource.ValueType  # 3
+    """Added in behest 0.11: a new run of its session interrupted it (BUSY_POLICY_INTERRUPT or
+    BUSY_POLICY_ROLLBACK).
+    """
 
 class CancelSource(_CancelSource, metaclass=_CancelSourceEnumTypeWrapper):
     """Added in behest 0.6: who had a run cancelled."""
@@ -119,7 +123,45 @@ CANCEL_SOURCE_CALLER: CancelSource.ValueType  # 1
 """A caller's CancelRun."""
 CANCEL_SOURCE_PARENT_RUN: CancelSource.ValueType  # 2
 """Its parent run was cancelled (sub-agent runs)."""
+CANCEL_SOURCE_NEW_RUN: CancelSource.ValueType  # 3
+"""Added in behest 0.11: a new run of its session interrupted it (BUSY_POLICY_INTERRUPT or
+BUSY_POLICY_ROLLBACK).
+"""
 Global___CancelSource: _TypeAlias = CancelSource  # noqa: Y015
+
+class _BusyPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BusyPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BusyPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BUSY_POLICY_UNSPECIFIED: _BusyPolicy.ValueType  # 0
+    """As REJECT."""
+    BUSY_POLICY_REJECT: _BusyPolicy.ValueType  # 1
+    """ABORTED naming the active run; nothing is written."""
+    BUSY_POLICY_INTERRUPT: _BusyPolicy.ValueType  # 3
+    """The active run is cancelled, keeping what it committed; then the new run starts."""
+    BUSY_POLICY_ROLLBACK: _BusyPolicy.ValueType  # 4
+    """The active run is cancelled and its messages leave the session's history; then the new
+    run starts.
+    """
+
+class BusyPolicy(_BusyPolicy, metaclass=_BusyPolicyEnumTypeWrapper):
+    """Added in behest 0.11: what CreateRun does when the session's run is still active
+    (double-texting).
+    """
+
+BUSY_POLICY_UNSPECIFIED: BusyPolicy.ValueType  # 0
+"""As REJECT."""
+BUSY_POLICY_REJECT: BusyPolicy.ValueType  # 1
+"""ABORTED naming the active run; nothing is written."""
+BUSY_POLICY_INTERRUPT: BusyPolicy.ValueType  # 3
+"""The active run is cancelled, keeping what it committed; then the new run starts."""
+BUSY_POLICY_ROLLBACK: BusyPolicy.ValueType  # 4
+"""The active run is cancelled and its messages leave the session's history; then the new
+run starts.
+"""
+Global___BusyPolicy: _TypeAlias = BusyPolicy  # noqa: Y015
 
 class _BudgetKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -412,6 +454,8 @@ class RunStartedEvent(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     AGENT_NAME_FIELD_NUMBER: _builtins.int
     AGENT_VERSION_FIELD_NUMBER: _builtins.int
+    INTERRUPTED_RUN_ID_FIELD_NUMBER: _builtins.int
+    ON_BUSY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     provider: _builtins.str
     model: _builtins.str
@@ -420,6 +464,11 @@ class RunStartedEvent(_message.Message):
     and 0 for a run that names none.
     """
     agent_version: _builtins.int
+    interrupted_run_id: _builtins.str
+    """Added in behest 0.11. The run of the session this one cancelled to start (on_busy
+    INTERRUPT or ROLLBACK), and the policy; empty and UNSPECIFIED otherwise.
+    """
+    on_busy: Global___BusyPolicy.ValueType
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ContentPart]:
         """Added in behest 0.7. The run's content parts (CreateRunRequest.content) as references:
@@ -435,10 +484,12 @@ class RunStartedEvent(_message.Message):
         content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
         agent_name: _builtins.str = ...,
         agent_version: _builtins.int = ...,
+        interrupted_run_id: _builtins.str = ...,
+        on_busy: Global___BusyPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "content", b"content", "model", b"model", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "content", b"content", "interrupted_run_id", b"interrupted_run_id", "model", b"model", "on_busy", b"on_busy", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1614,6 +1665,7 @@ class CreateRunRequest(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     START_SESSION_FIELD_NUMBER: _builtins.int
     AGENT_FIELD_NUMBER: _builtins.int
+    ON_BUSY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Empty: a new session is created. Otherwise a session UUID."""
     input: _builtins.str
@@ -1656,6 +1708,10 @@ class CreateRunRequest(_message.Message):
     or "NAME@ALIAS". The agent's definition gives every field this request leaves unset
     (empty, 0, false); the run records the version it resolved to. An unknown agent,
     version or alias is NOT_FOUND, an archived agent FAILED_PRECONDITION.
+    """
+    on_busy: Global___BusyPolicy.ValueType
+    """Added in behest 0.11. With session_id: what to do when the session's run is still
+    active (double-texting); unset: reject, as before.
     """
     @_builtins.property
     def provider(self) -> _common_pb2.ProviderId: ...
@@ -1729,10 +1785,11 @@ class CreateRunRequest(_message.Message):
         content: _abc.Iterable[_common_pb2.ContentPart] | None = ...,
         start_session: _builtins.bool = ...,
         agent: _builtins.str = ...,
+        on_busy: Global___BusyPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "start_session", b"start_session", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "allow_sub_agents", b"allow_sub_agents", "approval_required_tools", b"approval_required_tools", "approval_timeout_s", b"approval_timeout_s", "approve_side_effects", b"approve_side_effects", "budget", b"budget", "client_request_id", b"client_request_id", "client_tool_timeout_s", b"client_tool_timeout_s", "client_tools", b"client_tools", "content", b"content", "input", b"input", "instructions", b"instructions", "max_iterations", b"max_iterations", "metadata", b"metadata", "model", b"model", "on_busy", b"on_busy", "provider", b"provider", "reasoning", b"reasoning", "response_format", b"response_format", "session_id", b"session_id", "start_session", b"start_session", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
