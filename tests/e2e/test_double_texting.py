@@ -6,15 +6,18 @@ history. Both runs' events say what happened; a retry never cancels the run it s
 from __future__ import annotations
 
 import asyncio
+import signal
+from pathlib import Path
 
 import grpc
 import pytest
 
 from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest._proto.agent.v1 import session_pb2 as spb
 from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
-from tests.support import Server, collect, create_request, kind, script
+from tests.support import Server, collect, create_request, kind, script, server_process
 
 CALC = {"name": "calculator", "arguments": {"expression": "6*7"}}
 # Commits a tool call and its result, then streams for a long while.
@@ -95,3 +98,74 @@ async def test_a_new_message_cancels_the_active_run_first(
     record = (await served.runs.GetRun(pb.GetRunRequest(run_id=new))).run
     assert record.status == c.RUN_STATUS_COMPLETED
     assert first != new
+
+
+def started_of(events: list[pb.AgentEvent]) -> pb.RunStartedEvent:
+    assert kind(events[0]) == "run_started"
+    return events[0].run_started
+
+
+async def log_of(runs: rpc.RunServiceStub, run_id: str) -> list[pb.AgentEvent]:
+    async with asyncio.timeout(30):
+        return await collect(runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+
+
+async def test_enqueued_runs_start_in_order_once_the_active_one_ended(served: Server) -> None:
+    session_id, _, busy = await busy_session(served)
+    enqueue = pb.BUSY_POLICY_ENQUEUE
+    a = await served.runs.CreateRun(turn(session_id, script({"text": "A"}), on_busy=enqueue))
+    b = await served.runs.CreateRun(turn(session_id, script({"say": "history"}), on_busy=enqueue))
+    c_ = await served.runs.CreateRun(turn(session_id, script({"text": "C"}), on_busy=enqueue))
+    for queued in (a, b, c_):
+        record = (await served.runs.GetRun(pb.GetRunRequest(run_id=queued.run_id))).run
+        assert record.status == c.RUN_STATUS_PENDING
+    await served.runs.CancelRun(pb.CancelRunRequest(run_id=c_.run_id))  # leaves the line
+    await served.runs.CancelRun(pb.CancelRunRequest(run_id=busy))
+
+    first, second = await log_of(served.runs, a.run_id), await log_of(served.runs, b.run_id)
+    assert kind(first[-1]) == kind(second[-1]) == "run_completed"
+    assert (started_of(first).waited_for_run_id, started_of(first).on_busy) == (busy, enqueue)
+    assert started_of(second).waited_for_run_id == a.run_id
+    # In order: the second's context holds the first's answer; the cancelled third never ran.
+    said = "".join(e.text_delta.delta for e in second if kind(e) == "text_delta")
+    assert said.endswith("user assistant user")
+    assert first[-1].timestamp.ToNanoseconds() <= second[0].timestamp.ToNanoseconds()
+    third = await log_of(served.runs, c_.run_id)
+    assert [kind(e) for e in third] == ["run_cancelled"]
+    sessions = session_rpc.SessionServiceStub(served.channel)
+    got = await sessions.GetSession(spb.GetSessionRequest(session_id=session_id))
+    assert got.session.active_run_id == ""
+
+
+async def test_enqueued_runs_survive_kill_9_and_start_in_order(tmp_path: Path) -> None:
+    # A run that streams for a while; after the restart its next model call ends it.
+    slow = script({"deltas": 300, "delay_ms": 10})
+    enqueue = pb.BUSY_POLICY_ENQUEUE
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            runs = rpc.RunServiceStub(channel)
+            busy = await runs.CreateRun(create_request(slow, model="script"))
+            session_id = busy.session_id
+            async for event in runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=busy.run_id)):
+                if kind(event) == "text_delta":
+                    break
+            queued = [
+                await runs.CreateRun(turn(session_id, script({"say": "history"}), on_busy=enqueue))
+                for _ in range(2)
+            ]
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            runs = rpc.RunServiceStub(channel)
+            logs = [await log_of(runs, r.run_id) for r in [busy, *queued]]
+    assert [kind(log[-1]) for log in logs] == ["run_completed"] * 3
+    assert [started_of(log).waited_for_run_id for log in logs[1:]] == [
+        busy.run_id,
+        queued[0].run_id,
+    ]
+    ends = [log[-1].timestamp.ToNanoseconds() for log in logs]
+    starts = [log[0].timestamp.ToNanoseconds() for log in logs]
+    assert ends[0] <= starts[1] and ends[1] <= starts[2]
+    said = "".join(e.text_delta.delta for e in logs[2] if kind(e) == "text_delta")
+    assert said == "user assistant user assistant user"  # busy, the first queued, itself

@@ -33,9 +33,9 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     run.add_argument(
         "--on-busy",
         default="reject",
-        choices=["reject", "interrupt", "rollback"],
-        help="with --session, when its run is still going: refuse (default), cancel it, or "
-        "cancel it and take its messages out of the session",
+        choices=["reject", "enqueue", "interrupt", "rollback"],
+        help="with --session, when its run is still going: refuse (default), start after it, "
+        "cancel it, or cancel it and take its messages out of the session",
     )
     run.add_argument(
         "--agent",

@@ -74,11 +74,12 @@ class CancelSource(enum.IntEnum):
 
 class BusyPolicy(enum.IntEnum):
     """What a new run does when its session's run is still active (agent.v1.BusyPolicy):
-    REJECT (the default), INTERRUPT (cancel it, keep its messages), ROLLBACK (cancel it, its
-    messages leave the session's history)."""
+    REJECT (the default), ENQUEUE (start after it, in order), INTERRUPT (cancel it, keep its
+    messages), ROLLBACK (cancel it, its messages leave the session's history)."""
 
     UNSPECIFIED = 0
     REJECT = 1
+    ENQUEUE = 2
     INTERRUPT = 3
     ROLLBACK = 4
 

@@ -48,6 +48,7 @@ class RunStarted:
     # The run of the session this one cancelled to start, and the policy (RunOptions.on_busy).
     interrupted_run_id: str = ""
     on_busy: BusyPolicy = BusyPolicy.UNSPECIFIED
+    waited_for_run_id: str = ""  # the run it waited for (ENQUEUE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ class RunStarted:
     # The run of the session it cancelled to start, and how (domain/runs.py BusyPolicy).
     interrupted_run_id: str = ""
     on_busy: BusyPolicy = BusyPolicy.UNSPECIFIED
+    # The run it waited for (BusyPolicy.ENQUEUE).
+    waited_for_run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ class BusyPolicy(enum.IntEnum):
 
     UNSPECIFIED = 0
     REJECT = 1
+    ENQUEUE = 2
     INTERRUPT = 3
     ROLLBACK = 4
 
@@ -231,6 +232,10 @@ class Run:
     # now after handoffs ("": its own).
     agent: RunAgent | None = None
     current_agent: str = ""
+    # Enqueued on its busy session (BusyPolicy.ENQUEUE): the run it waits for ("": it was
+    # not), and whether it still waits for its turn.
+    queued_after: str = ""
+    queued: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from behest.runs.outcome import outcome
 from behest.runs.owned import Held, OwnedRun
 from behest.runs.run_spans import resume_span, run_span
 from behest.runs.start import initial_snapshot
+from behest.runs.turns import QueuedTurns
 from behest.runs.waiting import Waiting
 from behest.store.base import NodeRecord, Renewal, Store
 from behest.store.writes import AppendMessage, NewRun
@@ -93,6 +94,7 @@ class Executor:
         self._resume_runs = resume_runs
         self._ender = RunEnder(store, event_log)
         self._chores = Chores(lambda: self._accepting)
+        self._turns = QueuedTurns(store, self._take_up)
         self._cancelling = Cancelling(
             store=store,
             runs=self._runs,
@@ -180,7 +182,9 @@ class Executor:
             span.end()
             raise
         created, first_writes = outcome
-        if not created.created:
+        if created.run.queued:  # it starts in its turn (runs/turns.py)
+            self._turns.queued(created.run)
+        if not created.created or created.run.queued:
             self._runs.release(creation.run_id, handle)
             span.end()
             return created
@@ -335,6 +339,8 @@ class Executor:
                 ending = await self._ender.finish(run, run_log, ending, progress)
                 handle.final = ending.status
                 self._ended(ending, span)
+                if self._turns.expects(run.session_id):
+                    self._chores.spawn(self._turns.after_end(run.session_id), "next-turn")
         except Fenced:
             log.warning("run %s was taken over by another node before its end", run.id)
         finally:

@@ -25,6 +25,16 @@ def run_started(
     it cancelled to start (`busy`: its id, the policy)."""
     references = tuple(part.reference() for part in content)
     agent = (run.agent.name, run.agent.version) if run.agent else ("", 0)
+    if run.queued_after:  # it waited for its turn (BusyPolicy.ENQUEUE)
+        return ev.RunStarted(
+            run.session_id,
+            run.provider,
+            run.model,
+            references,
+            *agent,
+            on_busy=BusyPolicy.ENQUEUE,
+            waited_for_run_id=run.queued_after,
+        )
     return ev.RunStarted(run.session_id, run.provider, run.model, references, *agent, *busy)
 
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from behest.domain.runs import CreatedRun, FinishReason, Run, RunStatus
+from behest.domain.runs import BusyPolicy, CreatedRun, FinishReason, Run, RunStatus
 from behest.domain.spend import FailureCode
 from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
 from behest.store.sql import rows, run_rows
@@ -59,7 +59,7 @@ def create_checked(conn: Connection, new: NewRun) -> BatchResult:
             with conn.begin_nested():
                 created = _create(conn, new)
                 writes: list[Write] = []
-                if created.created:
+                if created.created and not created.run.queued:  # a queued run starts later
                     position = next_position(conn, created.run.session_id)
                     writes = new.first_step(created.run, position)
                     apply_writes(conn, writes)
@@ -159,18 +159,29 @@ def _create(conn: Connection, new: NewRun) -> CreatedRun:
             )
         )
     session_id = request.session_id
+    queued_after = ""
     if session_id:
-        _claim_session(conn, session_id, new)
+        queued_after = _claim_session(conn, session_id, new)
     else:
         session_id = str(uuid.uuid4())
         conn.execute(INSERT_SESSIONS, session_row(new, session_id))
     values = run_row(new, session_id)
+    if queued_after:  # it waits for its turn: nobody's, not started
+        values.update(
+            status=int(RunStatus.PENDING),
+            owner=None,
+            lease_expires_at=None,
+            lease_generation=0,
+            queued_at=new.now,
+            queued_after=queued_after,
+        )
     conn.execute(INSERT_RUNS, values)
     return CreatedRun(run_rows.run_from_values(values), created=True)
 
 
-def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
-    """Make the new run the session's one active run, or raise NotFound or Aborted."""
+def _claim_session(conn: Connection, session_id: str, new: NewRun) -> str:
+    """Make the new run the session's one active run, or raise NotFound or Aborted; or, on a
+    busy session with on_busy ENQUEUE, queue it: the run it then waits for ("": not queued)."""
     sessions = t.sessions
     # FOR UPDATE (PostgreSQL; SQLite's writers are serialised anyway): a racing twin waits
     # here and then reads the winner's active_run_id, which the Aborted names.
@@ -181,7 +192,7 @@ def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
     ).first()
     if session is None and new.request.start_session:
         _start_session(conn, session_id, new)
-        return
+        return ""
     if session is None:  # another tenant's session is answered as one that does not exist
         raise NotFound(f"session {session_id} not found")
     claimed = conn.execute(
@@ -189,11 +200,30 @@ def _claim_session(conn: Connection, session_id: str, new: NewRun) -> None:
         .where(sessions.c.id == session_id, sessions.c.active_run_id.is_(None))
         .values(active_run_id=new.run_id, updated_at=new.now)
     )
-    if claimed.rowcount != 1:
-        raise Aborted(
-            f"session {session_id} already has an active run {session.active_run_id}; "
-            "wait for it to end or cancel it"
+    if claimed.rowcount == 1:
+        return ""
+    if new.request.on_busy == BusyPolicy.ENQUEUE:
+        return _last_in_line(conn, session_id) or str(session.active_run_id)
+    raise Aborted(
+        f"session {session_id} already has an active run {session.active_run_id}; "
+        "wait for it to end or cancel it"
+    )
+
+
+def _last_in_line(conn: Connection, session_id: str) -> str:
+    """The newest run queued on the session, if any."""
+    runs = t.runs
+    query = (
+        sa.select(runs.c.id)
+        .where(
+            runs.c.session_id == session_id,
+            runs.c.queued_at.is_not(None),
+            runs.c.status == int(RunStatus.PENDING),
         )
+        .order_by(runs.c.queued_at.desc(), runs.c.id.desc())
+        .limit(1)
+    )
+    return str(conn.execute(query).scalar() or "")
 
 
 def _start_session(conn: Connection, session_id: str, new: NewRun) -> None:
@@ -274,4 +304,6 @@ def run_row(new: NewRun, session_id: str) -> dict[str, Any]:
         **run_rows.response_format_to_columns(request.response_format),
         **run_rows.reasoning_to_columns(request.reasoning),
         **run_rows.agent_to_columns(request.agent),
+        "queued_at": None,
+        "queued_after": "",
     }

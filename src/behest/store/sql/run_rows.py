@@ -82,6 +82,8 @@ def run_from_row(row: Any) -> Run:
         reasoning=reasoning_from_row(row),
         agent=agent_from_row(row),
         current_agent=row.current_agent,
+        queued_after=row.queued_after,
+        queued=row.queued_at is not None,
     )
 
 

@@ -124,10 +124,22 @@ runs = sa.Table(
     sa.Column("agent_version", sa.Integer, nullable=False, server_default="0"),
     sa.Column("agent_pins", sa.Text, nullable=False, server_default="{}"),
     sa.Column("current_agent", sa.String(64), nullable=False, server_default=""),
+    # Enqueued on a busy session (migration 0020): since when it waits for its turn (NULL:
+    # it does not), and the run it was queued after ('': none).
+    sa.Column("queued_at", Ts, nullable=True),
+    sa.Column("queued_after", sa.String(36), nullable=False, server_default=""),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.
     sa.Index("ix_runs_tenant_created", "tenant", "created_at"),
+    # The runs waiting for their turn on a session, oldest first; only those are in it.
+    sa.Index(
+        "ix_runs_queued",
+        "session_id",
+        "queued_at",
+        sqlite_where=sa.text("queued_at IS NOT NULL"),
+        postgresql_where=sa.text("queued_at IS NOT NULL"),
+    ),
     # ListRuns of an agent (or a version of it). Only runs of an agent are in it, so the
     # creation of the others does not write to it.
     sa.Index(

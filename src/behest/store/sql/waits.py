@@ -43,6 +43,7 @@ RESUMABLE_RUNS = (
     .where(
         t.runs.c.status.not_in(TERMINAL),
         sa.or_(t.runs.c.status != int(RunStatus.WAITING_FOR_INPUT), ~_STILL_WAITS),
+        t.runs.c.queued_at.is_(None),  # queued on a busy session: not its turn yet
     )
     .order_by(t.runs.c.created_at, t.runs.c.id)
 )

@@ -139,6 +139,10 @@ class _BusyPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BusyPolicy
     """As REJECT."""
     BUSY_POLICY_REJECT: _BusyPolicy.ValueType  # 1
     """ABORTED naming the active run; nothing is written."""
+    BUSY_POLICY_ENQUEUE: _BusyPolicy.ValueType  # 2
+    """The new run waits (status PENDING) and starts when the runs before it have ended, in
+    the order they were sent; durable (a restart or another replica starts it).
+    """
     BUSY_POLICY_INTERRUPT: _BusyPolicy.ValueType  # 3
     """The active run is cancelled, keeping what it committed; then the new run starts."""
     BUSY_POLICY_ROLLBACK: _BusyPolicy.ValueType  # 4
@@ -155,6 +159,10 @@ BUSY_POLICY_UNSPECIFIED: BusyPolicy.ValueType  # 0
 """As REJECT."""
 BUSY_POLICY_REJECT: BusyPolicy.ValueType  # 1
 """ABORTED naming the active run; nothing is written."""
+BUSY_POLICY_ENQUEUE: BusyPolicy.ValueType  # 2
+"""The new run waits (status PENDING) and starts when the runs before it have ended, in
+the order they were sent; durable (a restart or another replica starts it).
+"""
 BUSY_POLICY_INTERRUPT: BusyPolicy.ValueType  # 3
 """The active run is cancelled, keeping what it committed; then the new run starts."""
 BUSY_POLICY_ROLLBACK: BusyPolicy.ValueType  # 4
@@ -456,6 +464,7 @@ class RunStartedEvent(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _builtins.int
     INTERRUPTED_RUN_ID_FIELD_NUMBER: _builtins.int
     ON_BUSY_FIELD_NUMBER: _builtins.int
+    WAITED_FOR_RUN_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     provider: _builtins.str
     model: _builtins.str
@@ -466,9 +475,12 @@ class RunStartedEvent(_message.Message):
     agent_version: _builtins.int
     interrupted_run_id: _builtins.str
     """Added in behest 0.11. The run of the session this one cancelled to start (on_busy
-    INTERRUPT or ROLLBACK), and the policy; empty and UNSPECIFIED otherwise.
+    INTERRUPT or ROLLBACK), and the policy that applied (also ENQUEUE); empty and
+    UNSPECIFIED otherwise.
     """
     on_busy: Global___BusyPolicy.ValueType
+    waited_for_run_id: _builtins.str
+    """Added in behest 0.11. The run this one waited for (on_busy ENQUEUE); empty otherwise."""
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ContentPart]:
         """Added in behest 0.7. The run's content parts (CreateRunRequest.content) as references:
@@ -486,10 +498,11 @@ class RunStartedEvent(_message.Message):
         agent_version: _builtins.int = ...,
         interrupted_run_id: _builtins.str = ...,
         on_busy: Global___BusyPolicy.ValueType = ...,
+        waited_for_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "content", b"content", "interrupted_run_id", b"interrupted_run_id", "model", b"model", "on_busy", b"on_busy", "provider", b"provider", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "agent_version", b"agent_version", "content", b"content", "interrupted_run_id", b"interrupted_run_id", "model", b"model", "on_busy", b"on_busy", "provider", b"provider", "session_id", b"session_id", "waited_for_run_id", b"waited_for_run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
