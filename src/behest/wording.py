@@ -188,6 +188,10 @@ def _handoff(p: Any) -> str:
     return f"⇄ handed off from {p.from_agent}@{p.from_version} to {p.to_agent}@{p.to_version}{why}"
 
 
+def _user_message_added(p: Any) -> str:
+    return f"+ user: {shorten(p.text, 200)}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -223,6 +227,7 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "tool_execution_reconciled": _reconciled,
     "tool_retry_scheduled": _retry,
     "handoff": _handoff,
+    "user_message_added": _user_message_added,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})

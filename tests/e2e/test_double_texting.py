@@ -169,3 +169,75 @@ async def test_enqueued_runs_survive_kill_9_and_start_in_order(tmp_path: Path) -
     assert ends[0] <= starts[1] and ends[1] <= starts[2]
     said = "".join(e.text_delta.delta for e in logs[2] if kind(e) == "text_delta")
     assert said == "user assistant user assistant user"  # busy, the first queued, itself
+
+
+async def test_a_steered_message_joins_the_active_run_before_its_next_model_call(
+    served: Server,
+) -> None:
+    first = await served.runs.CreateRun(create_request(script({"text": "first"}), model="script"))
+    await log_of(served.runs, first.run_id)
+    steps = script({"deltas": 60, "delay_ms": 15}, {"say": "history"})
+    busy = await served.runs.CreateRun(turn(first.session_id, steps))
+    async for event in served.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=busy.run_id)):
+        if kind(event) == "text_delta":
+            break
+    steered = await served.runs.CreateRun(
+        turn(first.session_id, "and in French, please", on_busy=pb.BUSY_POLICY_STEER)
+    )
+    assert (steered.run_id, steered.steered) == (busy.run_id, True)
+    log = await log_of(served.runs, busy.run_id)
+    assert kind(log[-1]) == "run_completed"
+    added = [e.user_message_added for e in log if kind(e) == "user_message_added"]
+    assert [a.text for a in added] == ["and in French, please"]
+    said = "".join(e.text_delta.delta for e in log if kind(e) == "text_delta")
+    # The second model call saw it: the first run's two messages, then this run's three.
+    assert said.endswith("user assistant user assistant user")
+    listed = await served.runs.ListRuns(pb.ListRunsRequest(session_id=first.session_id))
+    assert len(listed.runs) == 2  # no run was made for it
+    messages = await history(served, first.session_id)
+    assert [role for _, role in messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
+async def test_a_steer_on_an_idle_session_starts_a_run(served: Server) -> None:
+    first = await served.runs.CreateRun(create_request(script({"text": "first"}), model="script"))
+    await log_of(served.runs, first.run_id)
+    again = await served.runs.CreateRun(
+        turn(first.session_id, script({"text": "again"}), on_busy=pb.BUSY_POLICY_STEER)
+    )
+    assert not again.steered and again.run_id != first.run_id
+    assert kind((await log_of(served.runs, again.run_id))[-1]) == "run_completed"
+
+
+async def test_a_steer_stored_before_kill_9_is_taken_once_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    steps = script({"deltas": 300, "delay_ms": 10}, {"say": "history"}, {"say": "history"})
+    async with server_process(tmp_path) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            runs = rpc.RunServiceStub(channel)
+            busy = await runs.CreateRun(create_request(steps, model="script"))
+            async for event in runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=busy.run_id)):
+                if kind(event) == "text_delta":
+                    break
+            steered = await runs.CreateRun(
+                turn(busy.session_id, "one more thing", on_busy=pb.BUSY_POLICY_STEER)
+            )
+            assert steered.steered
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+    async with server_process(tmp_path) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            log = await log_of(rpc.RunServiceStub(channel), busy.run_id)
+    assert kind(log[-1]) == "run_completed"
+    assert [e.user_message_added.text for e in log if kind(e) == "user_message_added"] == [
+        "one more thing"
+    ]
+    said = "".join(e.text_delta.delta for e in log if kind(e) == "text_delta")
+    assert said.endswith("user user")  # the input, then the steered message

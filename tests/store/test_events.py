@@ -10,7 +10,7 @@ from decimal import Decimal
 from behest.domain import events as ev
 from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
-from behest.domain.runs import FinishReason, RunStatus
+from behest.domain.runs import BusyPolicy, FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
 from behest.domain.waits import Decision
 from behest.store.sql.store import SqlStore
@@ -105,6 +105,15 @@ EVERY_KIND: list[ev.Payload] = [
         to_agent="billing",
         to_version=4,
         reason="a refund ✓",
+    ),
+    ev.UserMessageAdded(message_id=new_id(), text="and one more thing ✓"),
+    ev.RunStarted(
+        session_id=new_id(),
+        provider="local",
+        model="echo",
+        interrupted_run_id=new_id(),
+        on_busy=BusyPolicy.ROLLBACK,
+        waited_for_run_id=new_id(),
     ),
     ev.RunCompleted(finish_reason=FinishReason.TOOL_CALLS, iterations=4),
     ev.BudgetExceeded(budget=BudgetKind.DAILY_COST, limit="10.00", used="10.000001"),

@@ -53,6 +53,7 @@ SAMPLES: list[ev.Payload] = [
     ev.ToolExecutionReconciled("x-1", "call-1", "send_mail", Verdict.GIVE_UP, "alice", "no log"),
     ev.ToolRetryScheduled("call-1", "lookup", "x-2", 2, "a retryable error"),
     ev.Handoff("call-2", "triage", 1, "billing", 4, "a refund"),
+    ev.UserMessageAdded("m-1", "and in French, please"),
 ]
 
 
@@ -93,6 +94,7 @@ def test_lines_in_the_words_the_cli_has_always_written() -> None:
         "✓ send_mail reconciled, given up by alice: no log"
     )
     assert lines["handoff"] == "⇄ handed off from triage@1 to billing@4: a refund"
+    assert lines["user_message_added"] == "+ user: and in French, please"
     assert lines["model_started"] == "· model call: script, iteration 3 (billing@4)"
 
 

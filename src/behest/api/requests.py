@@ -122,10 +122,10 @@ def run_request(
         on_busy = BusyPolicy(request.on_busy)
     except ValueError:
         raise InvalidArgument(f"on_busy {request.on_busy} is not a BusyPolicy value") from None
-    if on_busy == BusyPolicy.ENQUEUE and content:
+    if on_busy in (BusyPolicy.ENQUEUE, BusyPolicy.STEER) and content:
         raise InvalidArgument(
-            "on_busy ENQUEUE takes no content parts (a queued run keeps its input text only); "
-            "send them once the session is idle"
+            f"on_busy {on_busy.name} takes no content parts (a message that waits keeps its "
+            "input text only); send them once the session is idle"
         )
     return RunRequest(
         session_id=session_id,

@@ -38,7 +38,9 @@ class RunServicer:
         run = await agent_run_request(request, limits, self._runs, self._runs.agents, caller)
         self._admission.take_creation(caller.tenant)
         created = await self._runs.create(caller, run, traceparent=traceparent(context))
-        return pb.CreateRunResponse(run_id=created.run.id, session_id=created.run.session_id)
+        return pb.CreateRunResponse(
+            run_id=created.run.id, session_id=created.run.session_id, steered=created.steered
+        )
 
     async def CreateRunStream(
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext

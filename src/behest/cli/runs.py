@@ -33,9 +33,10 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     run.add_argument(
         "--on-busy",
         default="reject",
-        choices=["reject", "enqueue", "interrupt", "rollback"],
+        choices=["reject", "enqueue", "interrupt", "rollback", "steer"],
         help="with --session, when its run is still going: refuse (default), start after it, "
-        "cancel it, or cancel it and take its messages out of the session",
+        "cancel it, cancel it and take its messages out of the session, or add the message "
+        "to it",
     )
     run.add_argument(
         "--agent",

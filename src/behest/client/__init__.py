@@ -77,6 +77,7 @@ from behest.client._events import (
     ToolOutcomeUnknown,
     ToolRetryScheduled,
     UsageRecorded,
+    UserMessageAdded,
 )
 from behest.client._options import ClientToolSpec, RunOptions
 from behest.client._records import ExecutionTransition, Reconciled, StreamTicket, ToolExecution
@@ -202,6 +203,7 @@ __all__ = [
     "Unavailable",
     "Usage",
     "UsageRecorded",
+    "UserMessageAdded",
     "Verdict",
     "VersionedAgent",
     "WaitingCall",

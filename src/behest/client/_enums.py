@@ -82,6 +82,7 @@ class BusyPolicy(enum.IntEnum):
     ENQUEUE = 2
     INTERRUPT = 3
     ROLLBACK = 4
+    STEER = 5
 
 
 class BudgetKind(enum.IntEnum):

@@ -30,6 +30,7 @@ from behest.client._tool_events import (
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
     ToolRetryScheduled,
+    UserMessageAdded,
 )
 from behest.client._types import ContentPart, Cost, TokenUsage, ToolCall
 
@@ -316,6 +317,7 @@ EventData = (
     | ToolExecutionReconciled
     | ToolRetryScheduled
     | Handoff
+    | UserMessageAdded
 )
 
 

@@ -46,6 +46,15 @@ class ToolRetryScheduled:
 
 
 @dataclass(frozen=True, slots=True)
+class UserMessageAdded:
+    """A message sent to the session while the run went on (on_busy STEER) joined its
+    transcript; the next model call sees it."""
+
+    message_id: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Handoff:
     """The model called `transfer_to_<agent>`: from the next model call on the run goes on
     under `to_agent` (its instructions, tools and model), with its transcript, budgets and

@@ -147,10 +147,12 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class CreatedRun:
-    """What create_run made: the run and the session it belongs to."""
+    """What create_run made: the run and the session it belongs to (`steered`: none was
+    made; the input joined the session's active run `run_id`, RunOptions.on_busy STEER)."""
 
     run_id: str
     session_id: str
+    steered: bool = False
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

@@ -261,6 +261,14 @@ class Handoff:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class UserMessageAdded:
+    """A message sent while the run went on (BusyPolicy.STEER) joined its transcript."""
+
+    message_id: str
+    text: str
+
+
 Payload = (
     RunStarted
     | ContextBuilt
@@ -294,6 +302,7 @@ Payload = (
     | ToolExecutionReconciled
     | ToolRetryScheduled
     | Handoff
+    | UserMessageAdded
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -331,6 +340,7 @@ KINDS: dict[type[Payload], str] = {
     ToolExecutionReconciled: "tool_execution_reconciled",
     ToolRetryScheduled: "tool_retry_scheduled",
     Handoff: "handoff",
+    UserMessageAdded: "user_message_added",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

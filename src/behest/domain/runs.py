@@ -65,6 +65,7 @@ class BusyPolicy(enum.IntEnum):
     ENQUEUE = 2
     INTERRUPT = 3
     ROLLBACK = 4
+    STEER = 5
 
     @property
     def cancels(self) -> bool:
@@ -247,12 +248,25 @@ class Cancel:
     source: CancelSource = CancelSource.CALLER
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Steer:
+    """A message sent to a session while its run was active (BusyPolicy.STEER), waiting to
+    join that run's transcript before its next model call."""
+
+    id: str
+    run_id: str
+    text: str
+    created_at: datetime
+
+
 @dataclass(frozen=True, slots=True)
 class CreatedRun:
-    """The outcome of a create: the run, and whether this request created it."""
+    """The outcome of a create: the run, and whether this request created it (`steered`:
+    none was; the message joined `run`, the session's active run)."""
 
     run: Run
     created: bool
+    steered: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

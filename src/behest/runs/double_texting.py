@@ -5,6 +5,8 @@ on_busy says what happens to the active run before the new one starts.
 - INTERRUPT: the active run is cancelled (CancelSource NEW_RUN), keeping what it committed.
 - ROLLBACK: as INTERRUPT, and then its messages leave the session's history (they stay the
   run's own: GetRunOutput, its events).
+- ENQUEUE: nothing here; the store queues the run (store/sql/creation.py, runs/turns.py).
+- STEER: no new run; the message waits for the active run to take it (runs/steering.py).
 
 The new run's RunStarted names the run it cancelled and the policy; the cancelled run's
 RunCancelled says a new run interrupted it. A run that ended otherwise meanwhile (it
@@ -15,9 +17,10 @@ nothing here: a retry never cancels the run its first try started.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from behest.domain.callers import Caller
-from behest.domain.runs import BusyPolicy, Cancel, RunRequest, RunStatus
+from behest.domain.runs import BusyPolicy, Cancel, CreatedRun, RunRequest, RunStatus
 from behest.domain.spend import CancelSource
 from behest.errors import FailedPrecondition
 from behest.runs.executor import Executor
@@ -48,3 +51,23 @@ async def make_room(
     if ended == RunStatus.CANCELLED and request.on_busy == BusyPolicy.ROLLBACK:
         await store.roll_back_run(active)
     return replace(request, interrupted_run_id=active)
+
+
+async def steer(store: Store, caller: Caller, request: RunRequest) -> CreatedRun | RunRequest:
+    """STEER: the message joins the session's active run (CreatedRun, `steered`); or, when
+    there is none, the request to create as without a policy — and when the run is already
+    ending (or a retry's key names a run), the request as ENQUEUE, queued after it."""
+    queued = replace(request, on_busy=BusyPolicy.ENQUEUE)
+    key = request.client_request_id
+    if key and await store.run_of_key(caller.tenant, key) is not None:
+        return queued  # a retry: the creation finds the run its key names
+    session = await store.get_session(request.session_id or "")
+    if session is None or session.tenant != caller.tenant or not session.active_run_id:
+        return replace(request, on_busy=BusyPolicy.UNSPECIFIED)
+    active = session.active_run_id
+    named = (caller.tenant, key, queued.fingerprint()) if key else None
+    added = await store.add_steer(active, request.input, now=datetime.now(UTC), key=named)
+    run = await store.get_run(active)
+    if added is None or run is None:
+        return queued  # it is ending: the message starts the run after it
+    return CreatedRun(run, created=False, steered=True)

@@ -32,6 +32,7 @@ from behest.runs.executions import RunExecutions
 from behest.runs.model_attempts import ModelAttempts
 from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
+from behest.runs.steering import Steering
 from behest.runs.sub_runs import SubRuns
 from behest.runs.tool_calls import ToolRunner, offered
 from behest.runs.turn import Turn
@@ -111,6 +112,7 @@ class AgentLoop:
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
+        self._steering = Steering(run=run, log=log, store=store, progress=self.progress)
         self._budget = Budget.of_run(
             run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
         )
@@ -171,6 +173,7 @@ class AgentLoop:
                     FailureCode.MAX_ITERATIONS,
                 )
             progress.iteration += 1
+            await self._steering.take()  # messages sent to the session meanwhile
             if self._compactor is not None:
                 progress.adopt(
                     await self._compactor.before_call(progress.transcript, progress.next_position)
@@ -252,6 +255,8 @@ class AgentLoop:
         """The model answered without tool calls: how the run ends, unless the answer does not
         fit the run's response format and is to be repaired (None: the repair is asked)."""
         progress = self.progress
+        if await self._steering.last_look():
+            return None  # messages came: the model answers them first
         outcome = Outcome(progress.finish_reason, progress.iteration, progress.usage)
         response_format = self._run.response_format
         if response_format is None:

@@ -19,7 +19,16 @@ from behest.domain.compaction import CircuitBreakerState, CompactionConfig
 from behest.domain.content import ContentPart
 from behest.domain.events import Event
 from behest.domain.messages import Message, Role
-from behest.domain.runs import Cancel, CreatedRun, Run, RunFilter, RunOutput, RunRequest, RunStatus
+from behest.domain.runs import (
+    BusyPolicy,
+    Cancel,
+    CreatedRun,
+    Run,
+    RunFilter,
+    RunOutput,
+    RunRequest,
+    RunStatus,
+)
 from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, TokenUsage, UsageReport
@@ -31,7 +40,7 @@ from behest.providers.registry import ProviderRegistry
 from behest.runs import catalog
 from behest.runs.agents import AgentCatalog
 from behest.runs.compaction_settings import CompactionSettings
-from behest.runs.double_texting import make_room
+from behest.runs.double_texting import make_room, steer
 from behest.runs.executor import Executor
 from behest.runs.session_stream import follow_session
 from behest.runs.stream import follow
@@ -125,6 +134,11 @@ class Operations(ToolOperations):
         self, caller: Caller, request: RunRequest, *, traceparent: str = ""
     ) -> CreatedRun:
         """Create a run; on a busy session, after what its on_busy says (double_texting.py)."""
+        if request.on_busy == BusyPolicy.STEER:
+            steered = await steer(self._store, caller, request)
+            if isinstance(steered, CreatedRun):
+                return steered
+            request = steered
         request = await make_room(self._store, self._executor, caller, request)
         created = await self._executor.create(
             request, tenant=caller.tenant, traceparent=traceparent

@@ -4,7 +4,10 @@ runs (WatchSessionEvents), and what a new message on a busy session does to the 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
+
+from behest.domain.runs import Steer
 
 
 class SessionStore(Protocol):
@@ -14,6 +17,22 @@ class SessionStore(Protocol):
 
     async def run_of_key(self, tenant: str, key: str) -> str | None:
         """The run a tenant's client_request_id created, if any."""
+        ...
+
+    async def add_steer(
+        self, run_id: str, text: str, *, now: datetime, key: tuple[str, str, str] | None = None
+    ) -> Steer | None:
+        """Store a message for the active run to take (on_busy STEER), with its idempotency
+        key (tenant, client_request_id, fingerprint) naming that run; None when the run has
+        ended or closed steering (it is ending)."""
+        ...
+
+    async def pending_steers(self, run_id: str) -> list[Steer]:
+        """The run's steers not taken yet, oldest first."""
+        ...
+
+    async def close_steers(self, run_id: str) -> bool:
+        """Close the run's steering (it takes no more) unless steers wait (False)."""
         ...
 
     async def roll_back_run(self, run_id: str) -> int:

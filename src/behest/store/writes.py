@@ -58,6 +58,13 @@ class SetRunAgent:
 
 
 @dataclass(frozen=True, slots=True)
+class TakeSteers:
+    """Steers (domain/runs.py Steer) joined their run's transcript, with this step."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PutSnapshot:
     snapshot: Snapshot
 
@@ -152,6 +159,7 @@ Write = (
     | UpdateRun
     | SetRunOutput
     | SetRunAgent
+    | TakeSteers
     | PutSnapshot
     | DeleteSnapshot
     | ClearToolResults

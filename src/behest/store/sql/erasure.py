@@ -25,6 +25,7 @@ from behest.domain.runs import RunStatus
 from behest.errors import FailedPrecondition, NotFound, quote
 from behest.store.sql import tables as t
 from behest.store.sql import tool_tables as tt
+from behest.store.sql.session_tables import steers
 from behest.store.sql.writes import TERMINAL
 
 # Ids per IN (…): well under SQLite's oldest bound on variables (999) and asyncpg's (32767).
@@ -139,6 +140,7 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
         tickets = t.stream_tickets
         conn.execute(sa.delete(tickets).where(tickets.c.run_id.in_(chunk)))
+        conn.execute(sa.delete(steers).where(steers.c.run_id.in_(chunk)))
         _delete_messages(conn, t.messages.c.run_id.in_(chunk))
         deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)
     return deleted

@@ -41,6 +41,7 @@ from behest.store.sql.engine import Engines, create_engines
 from behest.store.sql.executions import ToolExecutionsInSql
 from behest.store.sql.faults import fault_of
 from behest.store.sql.sessions import SessionsInSql
+from behest.store.sql.steers import SteersInSql
 from behest.store.sql.tickets import StreamTicketsInSql
 from behest.store.sql.workers import WorkersInSql
 from behest.store.sql.writes import apply_writes
@@ -52,7 +53,9 @@ SMALL_BATCH_ROWS = 16
 CREATION_ROWS = 5
 
 
-class SqlStore(ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSql, SessionsInSql):
+class SqlStore(
+    ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSql, SessionsInSql, SteersInSql
+):
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 
     def __init__(

@@ -128,6 +128,8 @@ runs = sa.Table(
     # it does not), and the run it was queued after ('': none).
     sa.Column("queued_at", Ts, nullable=True),
     sa.Column("queued_after", sa.String(36), nullable=False, server_default=""),
+    # Steering closed (migration 0020): the run is ending and takes no more messages.
+    sa.Column("steers_closed", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_runs_session_created", "session_id", "created_at"),
     sa.Index("ix_runs_status", "status"),
     # Also serves daily_usage and spent_since: a range of one tenant's created_at.

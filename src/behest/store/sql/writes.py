@@ -20,6 +20,7 @@ from behest.domain.waits import WaitKind
 from behest.store.sql import channel_payloads, executions, rows, workers
 from behest.store.sql import tables as t
 from behest.store.sql import tool_tables as tt
+from behest.store.sql.steers import TAKE_STEERS
 from behest.store.writes import (
     AppendEvent,
     AppendMessage,
@@ -34,6 +35,7 @@ from behest.store.writes import (
     RequestInput,
     SetRunAgent,
     SetRunOutput,
+    TakeSteers,
     UpdateRun,
     Write,
 )
@@ -128,6 +130,7 @@ class _Rows:
     expiries: list[tuple[str, str]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     agents: list[dict[str, Any]] = field(default_factory=list)  # handoffs
+    steers: list[str] = field(default_factory=list)  # taken
     records: list[RecordExecution] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)
 
@@ -152,6 +155,8 @@ def _sorted(writes: list[Write]) -> _Rows:
                 rows_of.outputs.append({"b_id": run_id, "b_output": output})
             case SetRunAgent(run_id, agent):
                 rows_of.agents.append({"b_id": run_id, "b_agent": agent})
+            case TakeSteers(ids):
+                rows_of.steers.extend(ids)
             case PutSnapshot(saved):
                 rows_of.snapshots[saved.run_id] = saved
             case DeleteSnapshot(run_id):
@@ -188,6 +193,8 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     # Before the runs' updates: a step that ends a run may carry its output.
     _execute(conn, _SET_OUTPUTS, r.outputs)
     _execute(conn, _SET_AGENTS, r.agents)
+    if r.steers:
+        conn.execute(TAKE_STEERS, {"b_ids": r.steers})
     update_runs(conn, list(r.run_updates.values()))
     _execute(conn, _RELEASE_RUNS, r.releases)
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.

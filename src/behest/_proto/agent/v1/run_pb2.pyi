@@ -149,6 +149,11 @@ class _BusyPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BusyPolicy
     """The active run is cancelled and its messages leave the session's history; then the new
     run starts.
     """
+    BUSY_POLICY_STEER: _BusyPolicy.ValueType  # 5
+    """No new run: the message joins the active run's transcript before its next model call
+    (a user_message_added event); CreateRunResponse.steered says so. A run already ending
+    takes no more messages: the message then starts a run queued after it (as ENQUEUE).
+    """
 
 class BusyPolicy(_BusyPolicy, metaclass=_BusyPolicyEnumTypeWrapper):
     """Added in behest 0.11: what CreateRun does when the session's run is still active
@@ -168,6 +173,11 @@ BUSY_POLICY_INTERRUPT: BusyPolicy.ValueType  # 3
 BUSY_POLICY_ROLLBACK: BusyPolicy.ValueType  # 4
 """The active run is cancelled and its messages leave the session's history; then the new
 run starts.
+"""
+BUSY_POLICY_STEER: BusyPolicy.ValueType  # 5
+"""No new run: the message joins the active run's transcript before its next model call
+(a user_message_added event); CreateRunResponse.steered says so. A run already ending
+takes no more messages: the message then starts a run queued after it (as ENQUEUE).
 """
 Global___BusyPolicy: _TypeAlias = BusyPolicy  # noqa: Y015
 
@@ -295,6 +305,7 @@ class AgentEvent(_message.Message):
     TOOL_EXECUTION_RECONCILED_FIELD_NUMBER: _builtins.int
     TOOL_RETRY_SCHEDULED_FIELD_NUMBER: _builtins.int
     HANDOFF_FIELD_NUMBER: _builtins.int
+    USER_MESSAGE_ADDED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -398,6 +409,12 @@ class AgentEvent(_message.Message):
         """
 
     @_builtins.property
+    def user_message_added(self) -> Global___UserMessageAddedEvent:
+        """Added in behest 0.11: a user's message joined the run while it went on (on_busy
+        STEER), before this model call.
+        """
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -436,15 +453,16 @@ class AgentEvent(_message.Message):
         tool_execution_reconciled: Global___ToolExecutionReconciledEvent | None = ...,
         tool_retry_scheduled: Global___ToolRetryScheduledEvent | None = ...,
         handoff: Global___HandoffEvent | None = ...,
+        user_message_added: Global___UserMessageAddedEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff", "user_message_added"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1435,6 +1453,32 @@ class HandoffEvent(_message.Message):
 Global___HandoffEvent: _TypeAlias = HandoffEvent  # noqa: Y015
 
 @_typing.final
+class UserMessageAddedEvent(_message.Message):
+    """Added in behest 0.11: a message sent to the session while this run was active (on_busy
+    STEER) joined its transcript; the next model call sees it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    message_id: _builtins.str
+    text: _builtins.str
+    def __init__(
+        self,
+        *,
+        message_id: _builtins.str = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserMessageAddedEvent: _TypeAlias = UserMessageAddedEvent  # noqa: Y015
+
+@_typing.final
 class OutputRejectedEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1816,17 +1860,23 @@ class CreateRunResponse(_message.Message):
 
     RUN_ID_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    STEERED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     session_id: _builtins.str
+    steered: _builtins.bool
+    """Added in behest 0.11. True: no run was created; the message joined the active run
+    `run_id` (on_busy STEER).
+    """
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         session_id: _builtins.str = ...,
+        steered: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "session_id", b"session_id", "steered", b"steered"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
