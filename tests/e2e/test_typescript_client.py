@@ -25,6 +25,7 @@ SUITES = (
     "tokens and tenants over",
     "a stream cut by the server's side, over",
     "AgentService over",
+    "a session's stream over",
 )
 
 

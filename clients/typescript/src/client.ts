@@ -16,6 +16,7 @@ import {
 } from "./gen/agent/v1/run_pb.js";
 import { SessionService } from "./gen/agent/v1/session_pb.js";
 import { follow, type StreamOptions } from "./follow.js";
+import { followSession, type SessionCursor } from "./session.js";
 import { RECONNECT_DEFAULTS, type ReconnectOptions } from "./reconnect.js";
 
 export type CreateRunInit = MessageInitShape<typeof CreateRunRequestSchema>;
@@ -38,6 +39,13 @@ export interface BehestClient {
   /** Yield a run's events with sequence > `after` (0: from the start) to the terminal one,
    * resuming after breaks from the last sequence seen. */
   watch(runId: string, after?: bigint | number, options?: StreamOptions): AsyncIterable<AgentEvent>;
+  /** Yield every event of a session's runs after `after` (none: from its first), the runs
+   * started later included, resuming after breaks; it does not end by itself. */
+  watchSession(
+    sessionId: string,
+    after?: SessionCursor,
+    options?: StreamOptions,
+  ): AsyncIterable<AgentEvent>;
 }
 
 export interface ClientOptions {
@@ -48,9 +56,11 @@ export interface ClientOptions {
 /** behest's services over `transport` (give the transport the `bearer(token)` interceptor). */
 export function clientOf(transport: Transport, options: ClientOptions = {}): BehestClient {
   const runs = createClient(RunService, transport);
+  const sessions = createClient(SessionService, transport);
+  const reconnect = { ...RECONNECT_DEFAULTS, ...options.reconnect };
   return {
     runs,
-    sessions: createClient(SessionService, transport),
+    sessions,
     tools: createClient(ToolService, transport),
     providers: createClient(ProviderService, transport),
     usage: createClient(UsageService, transport),
@@ -59,6 +69,9 @@ export function clientOf(transport: Transport, options: ClientOptions = {}): Beh
     snapshots: createClient(SnapshotService, transport),
     agents: createClient(AgentService, transport),
     ...streamsOf(runs, options.reconnect),
+    watchSession(sessionId, after = { runId: "", sequence: 0n }, streamOptions) {
+      return followSession(sessions, sessionId, after, reconnect, streamOptions);
+    },
   };
 }
 

@@ -19,7 +19,9 @@ export {
   type EventKind,
 } from "./events.js";
 export type { StreamOptions } from "./follow.js";
+export type { SessionCursor } from "./session.js";
 export { backoffMs, RECONNECT_DEFAULTS, type ReconnectOptions } from "./reconnect.js";
+export * from "./gen/agent/v1/agent_pb.js";
 export * from "./gen/agent/v1/catalog_pb.js";
 export * from "./gen/agent/v1/common_pb.js";
 export * from "./gen/agent/v1/execution_pb.js";

@@ -94,7 +94,7 @@ export async function* follow(
 }
 
 // The break to try again after, or throw: a status the server sent, or the caller's cancel.
-function failure(reason: unknown, signal: AbortSignal | undefined): unknown {
+export function failure(reason: unknown, signal: AbortSignal | undefined): unknown {
   if (signal?.aborted) {
     throw ConnectError.from(signal.reason ?? reason, Code.Canceled);
   }
@@ -104,7 +104,7 @@ function failure(reason: unknown, signal: AbortSignal | undefined): unknown {
   return reason;
 }
 
-function givenUp(broke: unknown): ConnectError {
+export function givenUp(broke: unknown): ConnectError {
   if (broke === undefined) {
     return new ConnectError("the stream ended before the run's last event", Code.Unavailable);
   }

@@ -147,6 +147,9 @@ class Translator:
             case "output_rejected" if payload.repairing:
                 self.stale = True  # a repair prompt joins the session, not the client's view
                 return [self._custom(kind, payload)]
+            case "user_message_added":
+                self.stale = True  # a steered message too (on_busy STEER)
+                return [self._custom(kind, payload)]
             case "run_completed":
                 return [*self._model.close(), self._finished(RunFinishedSuccessOutcome())]
             case "run_failed":
