@@ -57,6 +57,7 @@ OWNED = {
     "tool_execution_transitions",
     "worker_tasks",
     "stream_tickets",
+    "steers",
 }
 
 
@@ -136,6 +137,7 @@ async def full_run(
         ]
     )
     await StreamTickets(store, ttl_s=600).mint(Caller("alice", run.tenant), run.id)
+    assert await store.add_steer(run.id, "and one more thing", now=at()) is not None
     if status == RunStatus.WAITING_FOR_INPUT:
         await store.apply([update(run.id, status), ReleaseRun(run.id)])
     elif status is not None:

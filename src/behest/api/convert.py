@@ -309,4 +309,6 @@ def session(value: Session) -> pb_session.SessionRecord:
         active_run_id=value.active_run_id,
         run_count=value.run_count,
         message_count=value.message_count,
+        parent_session_id=value.parent_session_id,
+        forked_through_position=value.forked_through or 0,
     )

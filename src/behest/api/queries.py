@@ -109,6 +109,28 @@ def sessions_page(request: pb_session.ListSessionsRequest) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ForkQuery:
+    session_id: str
+    through: int | None
+    after_run_id: str
+
+
+def fork_query(request: pb_session.ForkSessionRequest) -> ForkQuery:
+    """Validate ForkSession: the session, and where the fork leaves it (one of the two)."""
+    session_id = uuid_field(request.session_id, "session_id")
+    point = request.WhichOneof("point")
+    if point is None:
+        raise InvalidArgument("give through_position or after_run_id: where the fork leaves")
+    if point == "after_run_id":
+        return ForkQuery(
+            session_id=session_id,
+            through=None,
+            after_run_id=uuid_field(request.after_run_id, "after_run_id"),
+        )
+    return ForkQuery(session_id=session_id, through=request.through_position, after_run_id="")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MessagesQuery:
     session_id: str
     from_position: int

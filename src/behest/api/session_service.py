@@ -11,7 +11,7 @@ from behest._proto.agent.v1 import session_pb2 as pb
 from behest.api import convert
 from behest.api.auth import current_caller
 from behest.api.fields import uuid_field
-from behest.api.queries import messages_query, session_watch_query, sessions_page
+from behest.api.queries import fork_query, messages_query, session_watch_query, sessions_page
 from behest.runs.operations import Operations
 
 
@@ -23,7 +23,10 @@ class SessionServicer:
         self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSessionsResponse:
         limit, offset = sessions_page(request)
-        sessions = await self._runs.list_sessions(current_caller(), limit=limit, offset=offset)
+        forks_of = uuid_field(request.forks_of, "forks_of") if request.forks_of else ""
+        sessions = await self._runs.list_sessions(
+            current_caller(), limit=limit, offset=offset, forks_of=forks_of
+        )
         return pb.ListSessionsResponse(sessions=[convert.session(s) for s in sessions])
 
     async def GetSession(
@@ -60,6 +63,18 @@ class SessionServicer:
         )
         async for event in events:
             yield convert.event(event)
+
+    async def ForkSession(
+        self, request: pb.ForkSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForkSessionResponse:
+        query = fork_query(request)
+        forked = await self._runs.fork_session(
+            current_caller(),
+            query.session_id,
+            through=query.through,
+            after_run_id=query.after_run_id,
+        )
+        return pb.ForkSessionResponse(session=convert.session(forked))
 
     async def DeleteSession(
         self, request: pb.DeleteSessionRequest, context: grpc.aio.ServicerContext

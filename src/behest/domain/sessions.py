@@ -18,3 +18,6 @@ class Session:
     active_run_id: str
     run_count: int
     message_count: int
+    # A fork: the session it shares its history with, through this position ("", None: not).
+    parent_session_id: str = ""
+    forked_through: int | None = None

@@ -9,6 +9,7 @@ the event log (streams), the compaction settings, and the registries of provider
 from __future__ import annotations
 
 import collections
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -237,8 +238,31 @@ class Operations(ToolOperations):
 
     # --- sessions -------------------------------------------------------------------------
 
-    async def list_sessions(self, caller: Caller, *, limit: int, offset: int) -> list[Session]:
-        return await self._store.list_sessions(tenant=caller.tenant, limit=limit, offset=offset)
+    async def list_sessions(
+        self, caller: Caller, *, limit: int, offset: int, forks_of: str = ""
+    ) -> list[Session]:
+        """The caller's sessions (or the forks of one of them), newest first."""
+        if forks_of:
+            await self.get_session(caller, forks_of)
+        return await self._store.list_sessions(
+            tenant=caller.tenant, limit=limit, offset=offset, forks_of=forks_of
+        )
+
+    async def fork_session(
+        self, caller: Caller, session_id: str, *, through: int | None, after_run_id: str
+    ) -> Session:
+        """A new session whose history is the session's through a position (or a run's
+        end), shared with it (store/sql/forks.py)."""
+        new_id = str(uuid.uuid4())
+        await self._store.fork_session(
+            tenant=caller.tenant,
+            session_id=session_id,
+            new_id=new_id,
+            through=through,
+            after_run_id=after_run_id,
+            now=datetime.now(UTC),
+        )
+        return await self.get_session(caller, new_id)
 
     async def get_session(self, caller: Caller, session_id: str) -> Session:
         found = await self._store.get_session(session_id)

@@ -298,8 +298,10 @@ class Store(AgentStore, SessionStore, Protocol):
 
     # --- sessions --------------------------------------------------------------------------
 
-    async def list_sessions(self, *, tenant: str, limit: int, offset: int) -> list[Session]:
-        """The tenant's sessions, newest first, each with its run and message counts."""
+    async def list_sessions(
+        self, *, tenant: str, limit: int, offset: int, forks_of: str = ""
+    ) -> list[Session]:
+        """The tenant's sessions (or the forks of one), newest first, with their counts."""
         ...
 
     async def get_session(self, session_id: str) -> Session | None:

@@ -35,6 +35,20 @@ class SessionStore(Protocol):
         """Close the run's steering (it takes no more) unless steers wait (False)."""
         ...
 
+    async def fork_session(
+        self,
+        *,
+        tenant: str,
+        session_id: str,
+        new_id: str,
+        through: int | None,
+        after_run_id: str,
+        now: datetime,
+    ) -> None:
+        """A new session of the tenant whose history is `session_id`'s through a position (or
+        the end of one of its runs), shared (store/sql/forks.py)."""
+        ...
+
     async def roll_back_run(self, run_id: str) -> int:
         """Take the ended run's messages out of its session's history (they stay the run's:
         GetRunOutput); how many."""

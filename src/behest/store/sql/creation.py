@@ -241,10 +241,15 @@ def get_run(conn: Connection, run_id: str) -> Run | None:
 
 
 def next_position(conn: Connection, session_id: str) -> int:
+    """After the session's last message (a fork's own follow the history it shares)."""
     query = sa.select(sa.func.max(t.messages.c.position)).where(
         t.messages.c.session_id == session_id
     )
     last = (conn.execute(query)).scalar()
+    if last is None:
+        last = conn.execute(
+            sa.select(t.sessions.c.forked_through).where(t.sessions.c.id == session_id)
+        ).scalar()
     return 0 if last is None else int(last) + 1
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 
 from behest.domain.runs import RunStatus
 from behest.errors import FailedPrecondition, NotFound, quote
+from behest.store.sql import forks
 from behest.store.sql import tables as t
 from behest.store.sql import tool_tables as tt
 from behest.store.sql.session_tables import steers
@@ -34,6 +35,7 @@ CHUNK = 500
 _runs = t.runs.c
 _sessions = t.sessions.c
 _others = t.runs.alias("other_runs")
+_others_s = t.sessions.alias("forks")
 # The run's session has a run active on it: named by the session, or any not finished.
 _SESSION_BUSY = sa.or_(
     sa.select(_sessions.id)
@@ -50,9 +52,12 @@ PRUNABLE = sa.select(_runs.id, _runs.session_id, _runs.tenant).where(
     ~_SESSION_BUSY,
 )
 COUNT_PRUNABLE = sa.select(sa.func.count()).select_from(PRUNABLE.subquery())
-# A session left with nothing: no run active, no runs, no messages.
+# A session left with nothing: no run active, no runs, no messages, no part in a fork.
 _EMPTY_SESSION = sa.and_(
     _sessions.active_run_id.is_(None),
+    _sessions.parent_session_id.is_(None),
+    _sessions.erased_at.is_(None),
+    ~sa.select(_others_s.c.id).where(_others_s.c.parent_session_id == _sessions.id).exists(),
     ~sa.select(_runs.id).where(_runs.session_id == _sessions.id).exists(),
     ~sa.select(t.messages.c.id).where(t.messages.c.session_id == _sessions.id).exists(),
 )
@@ -62,11 +67,12 @@ def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
     """Erase the tenant's idle session and everything of it, its runs' sub-agent runs (and
     their sessions) included; the number of runs erased."""
     session = conn.execute(
-        sa.select(_sessions.active_run_id)
+        sa.select(_sessions.active_run_id, _sessions.erased_at)
         .where(_sessions.id == session_id, _sessions.tenant == tenant)
         .with_for_update()
     ).first()
-    if session is None:  # another tenant's session is answered as one that does not exist
+    # Another tenant's session is answered as one that does not exist; so is an erased one.
+    if session is None or session.erased_at is not None:
         raise NotFound(f"session {quote(session_id)} not found")
     sessions = with_sub_run_sessions(conn, session_id)
     runs = conn.execute(
@@ -79,12 +85,33 @@ def delete_session(conn: Connection, *, tenant: str, session_id: str) -> int:
             f"session {quote(session_id)} has an active run {active}; "
             "wait for it to end or cancel it, then delete the session"
         )
-    deleted = delete_runs(conn, [run.id for run in runs], tenants=[tenant])
+    deleted = delete_runs(conn, [run.id for run in runs], tenants=[tenant], messages=False)
     for chunk in _chunks(sessions):
-        _delete_messages(conn, t.messages.c.session_id.in_(chunk))
         conn.execute(sa.delete(t.pending_calls).where(t.pending_calls.c.session_id.in_(chunk)))
-        conn.execute(sa.delete(t.sessions).where(_sessions.id.in_(chunk)))
+    for erased in sessions:
+        _erase_history(conn, erased)
     return deleted
+
+
+def _erase_history(conn: Connection, session_id: str) -> None:
+    """Delete the session's messages and row; what its forks still share stays, in the row
+    kept as a tombstone (store/sql/forks.py), until the last of them goes."""
+    parent = conn.execute(
+        sa.select(_sessions.parent_session_id).where(_sessions.id == session_id)
+    ).scalar()
+    shared = forks.needed_through(conn, session_id)
+    own = t.messages.c.session_id == session_id
+    if shared is None:
+        _delete_messages(conn, own)
+        conn.execute(sa.delete(t.sessions).where(_sessions.id == session_id))
+        forks.drop_unneeded(conn, parent)
+        return
+    _delete_messages(conn, sa.and_(own, t.messages.c.position > shared))
+    conn.execute(
+        sa.update(t.sessions)
+        .where(_sessions.id == session_id)
+        .values(erased_at=sa.func.now(), active_run_id=None)
+    )
 
 
 def with_sub_run_sessions(conn: Connection, session_id: str) -> list[str]:
@@ -120,8 +147,11 @@ def count_prunable(conn: Connection, *, older_than: datetime) -> int:
     return int(conn.execute(COUNT_PRUNABLE, {"b_cut": older_than}).scalar_one())
 
 
-def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[str]) -> int:
-    """Delete runs and everything of them; the number of runs deleted."""
+def delete_runs(
+    conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[str], messages: bool = True
+) -> int:
+    """Delete runs and everything of them (their messages too, unless `messages` is False:
+    the caller decides, as forks may share them); the number of runs deleted."""
     # Idempotency keys are stored under their run's tenant; no index has their run_id, so
     # the tenants bound the scan.
     keys = t.idempotency_keys.c
@@ -141,18 +171,13 @@ def delete_runs(conn: Connection, run_ids: Sequence[str], *, tenants: Iterable[s
         tickets = t.stream_tickets
         conn.execute(sa.delete(tickets).where(tickets.c.run_id.in_(chunk)))
         conn.execute(sa.delete(steers).where(steers.c.run_id.in_(chunk)))
-        _delete_messages(conn, t.messages.c.run_id.in_(chunk))
+        if messages:
+            _delete_messages(conn, t.messages.c.run_id.in_(chunk))
         deleted += int(conn.execute(sa.delete(t.runs).where(_runs.id.in_(chunk))).rowcount)
     return deleted
 
 
-def _delete_messages(conn: Connection, where: sa.ColumnElement[bool]) -> None:
-    """Delete messages and the bytes of their content parts."""
-    blobs = t.content_blobs
-    conn.execute(
-        sa.delete(blobs).where(blobs.c.message_id.in_(sa.select(t.messages.c.id).where(where)))
-    )
-    conn.execute(sa.delete(t.messages).where(where))
+_delete_messages = forks.delete_messages
 
 
 def delete_empty_sessions(conn: Connection, session_ids: Iterable[str]) -> int:

@@ -7,6 +7,7 @@ uq_messages_session_position).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from sqlalchemy import Connection
 
 from behest.domain.messages import Message
 from behest.domain.sessions import Session
-from behest.store.sql import rows
+from behest.store.sql import forks, rows
 from behest.store.sql import tables as t
 from behest.store.sql.engine import Engines
 
@@ -35,7 +36,9 @@ _MESSAGE_COUNT = (
 _SESSIONS = sa.select(
     t.sessions, _RUN_COUNT.label("run_count"), _MESSAGE_COUNT.label("message_count")
 )
-GET_SESSION = _SESSIONS.where(t.sessions.c.id == sa.bindparam("b_session"))
+GET_SESSION = _SESSIONS.where(
+    t.sessions.c.id == sa.bindparam("b_session"), t.sessions.c.erased_at.is_(None)
+)
 # The runs of a session in the order they started: by the position of their first message
 # (a run's input is its first; a session has one active run at a time), through the index
 # that leads with the session. Clocks of replicas play no part.
@@ -49,15 +52,19 @@ _SESSION_RUNS = (
 MAX_POSITION = 2**31 - 1
 
 
-def list_sessions(conn: Connection, *, tenant: str, limit: int, offset: int) -> list[Session]:
-    """The tenant's sessions, newest first, with their counts."""
+def list_sessions(
+    conn: Connection, *, tenant: str, limit: int, offset: int, forks_of: str = ""
+) -> list[Session]:
+    """The tenant's sessions (or the forks of one), newest first, with their counts."""
+    query = _SESSIONS.where(t.sessions.c.tenant == tenant, t.sessions.c.erased_at.is_(None))
+    if forks_of:
+        query = query.where(t.sessions.c.parent_session_id == forks_of)
     query = (
-        _SESSIONS.where(t.sessions.c.tenant == tenant)
-        .order_by(t.sessions.c.created_at.desc(), t.sessions.c.id.desc())
+        query.order_by(t.sessions.c.created_at.desc(), t.sessions.c.id.desc())
         .limit(limit)
         .offset(offset)
     )
-    return [session_from_row(row) for row in conn.execute(query)]
+    return [_counted(conn, row) for row in conn.execute(query)]
 
 
 def session_runs(conn: Connection, session_id: str) -> list[str]:
@@ -68,7 +75,15 @@ def session_runs(conn: Connection, session_id: str) -> list[str]:
 def get_session(conn: Connection, session_id: str) -> Session | None:
     """The session, whichever tenant's."""
     row = conn.execute(GET_SESSION, {"b_session": session_id}).first()
-    return None if row is None else session_from_row(row)
+    return None if row is None else _counted(conn, row)
+
+
+def _counted(conn: Connection, row: Any) -> Session:
+    """The session; a fork's count of messages includes those it shares."""
+    if row.parent_session_id is None:
+        return session_from_row(row)
+    query = sa.select(sa.func.count()).where(forks.history(forks.lineage(conn, row.id)))
+    return session_from_row(row, message_count=int(conn.execute(query).scalar() or 0))
 
 
 def messages_page(
@@ -77,13 +92,10 @@ def messages_page(
     """At most `limit` of the session's messages at `from_position` and after, in order."""
     if from_position > MAX_POSITION:
         return []
+    in_history = forks.history(forks.lineage(conn, session_id))
     query = (
         sa.select(t.messages)
-        .where(
-            t.messages.c.session_id == session_id,
-            t.messages.c.position >= from_position,
-            ~t.messages.c.rolled_back,
-        )
+        .where(in_history, t.messages.c.position >= from_position)
         .order_by(t.messages.c.position)
         .limit(limit)
     )
@@ -117,11 +129,31 @@ class SessionsInSql:
         async with self.engines.reader.connect() as conn:
             return (await conn.execute(query)).scalar()
 
+    async def fork_session(
+        self,
+        *,
+        tenant: str,
+        session_id: str,
+        new_id: str,
+        through: int | None,
+        after_run_id: str,
+        now: datetime,
+    ) -> None:
+        await self.engines.writer.write(
+            forks.fork,
+            tenant=tenant,
+            session_id=session_id,
+            new_id=new_id,
+            through=through,
+            after_run_id=after_run_id,
+            now=now,
+        )
+
     async def roll_back_run(self, run_id: str) -> int:
         return await self.engines.writer.write_small(roll_back, run_id)
 
 
-def session_from_row(row: Any) -> Session:
+def session_from_row(row: Any, *, message_count: int | None = None) -> Session:
     return Session(
         id=row.id,
         tenant=row.tenant,
@@ -129,5 +161,7 @@ def session_from_row(row: Any) -> Session:
         updated_at=rows.utc(row.updated_at),
         active_run_id=row.active_run_id or "",
         run_count=int(row.run_count),
-        message_count=int(row.message_count),
+        message_count=int(row.message_count) if message_count is None else message_count,
+        parent_session_id=row.parent_session_id or "",
+        forked_through=row.forked_through,
     )

@@ -24,6 +24,7 @@ from behest.store.sql import (
     batch,
     compaction,
     erasure,
+    forks,
     leases,
     migrate,
     reads,
@@ -288,18 +289,21 @@ class SqlStore(
         return await reads.last_sequence(self.engines.reader, run_id)
 
     async def session_messages(self, session_id: str) -> list[Message]:
-        in_history = t.messages.c.session_id == session_id, ~t.messages.c.rolled_back
-        return await reads.read_messages(self.engines.reader, sa.and_(*in_history))
+        async with self.engines.reader.connect() as conn:
+            segments = await conn.run_sync(forks.lineage, session_id)
+        return await reads.read_messages(self.engines.reader, forks.history(segments))
 
     async def run_messages(self, run_id: str) -> list[Message]:
         return await reads.read_messages(self.engines.reader, t.messages.c.run_id == run_id)
 
     # --- sessions (store/sql/sessions.py) ---------------------------------------------
 
-    async def list_sessions(self, *, tenant: str, limit: int, offset: int) -> list[Session]:
+    async def list_sessions(
+        self, *, tenant: str, limit: int, offset: int, forks_of: str = ""
+    ) -> list[Session]:
         async with self.engines.reader.connect() as conn:
             return await conn.run_sync(
-                sessions.list_sessions, tenant=tenant, limit=limit, offset=offset
+                sessions.list_sessions, tenant=tenant, limit=limit, offset=offset, forks_of=forks_of
             )
 
     async def get_session(self, session_id: str) -> Session | None:

@@ -43,6 +43,17 @@ sessions = sa.Table(
     sa.Column("active_run_id", sa.String(36), nullable=True),
     # The tenant it belongs to (migration 0006).
     sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
+    # A fork (migration 0021): the session it shares its history with through a position
+    # (store/sql/forks.py); erased, it is kept (a tombstone) while forks share its messages.
+    sa.Column("parent_session_id", sa.String(36), nullable=True),
+    sa.Column("forked_through", sa.Integer, nullable=True),
+    sa.Column("erased_at", Ts, nullable=True),
+    sa.Index(
+        "ix_sessions_parent",
+        "parent_session_id",
+        sqlite_where=sa.text("parent_session_id IS NOT NULL"),
+        postgresql_where=sa.text("parent_session_id IS NOT NULL"),
+    ),
     sa.Index("ix_sessions_active_run", "active_run_id"),
     sa.Index("ix_sessions_tenant_created", "tenant", "created_at"),
 )

@@ -27,7 +27,7 @@ from behest._proto.agent.v1 import run_pb2 as agent_dot_v1_dot_run__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gent/v1/session.proto\x12\x08\x61gent.v1\x1a\x15\x61gent/v1/common.proto\x1a\x12\x61gent/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x01\n\rSessionRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\ractive_run_id\x18\x04 \x01(\t\x12\x11\n\trun_count\x18\x05 \x01(\r\x12\x15\n\rmessage_count\x18\x06 \x01(\r\"?\n\x13ListSessionsRequest\x12(\n\npagination\x18\x01 \x01(\x0b\x32\x14.agent.v1.Pagination\"A\n\x14ListSessionsResponse\x12)\n\x08sessions\x18\x01 \x03(\x0b\x32\x17.agent.v1.SessionRecord\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\">\n\x12GetSessionResponse\x12(\n\x07session\x18\x01 \x01(\x0b\x32\x17.agent.v1.SessionRecord\"V\n\x1aListSessionMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rfrom_position\x18\x02 \x01(\r\x12\r\n\x05limit\x18\x03 \x01(\r\"g\n\x1bListSessionMessagesResponse\x12#\n\x08messages\x18\x01 \x03(\x0b\x32\x11.agent.v1.Message\x12\x15\n\rnext_position\x18\x02 \x01(\r\x12\x0c\n\x04more\x18\x03 \x01(\x08\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"-\n\x15\x44\x65leteSessionResponse\x12\x14\n\x0cruns_deleted\x18\x01 \x01(\r\"]\n\x19WatchSessionEventsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x61\x66ter_run_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x03 \x01(\x04\x32\xb1\x03\n\x0eSessionService\x12M\n\x0cListSessions\x12\x1d.agent.v1.ListSessionsRequest\x1a\x1e.agent.v1.ListSessionsResponse\x12G\n\nGetSession\x12\x1b.agent.v1.GetSessionRequest\x1a\x1c.agent.v1.GetSessionResponse\x12\x62\n\x13ListSessionMessages\x12$.agent.v1.ListSessionMessagesRequest\x1a%.agent.v1.ListSessionMessagesResponse\x12P\n\rDeleteSession\x12\x1e.agent.v1.DeleteSessionRequest\x1a\x1f.agent.v1.DeleteSessionResponse\x12Q\n\x12WatchSessionEvents\x12#.agent.v1.WatchSessionEventsRequest\x1a\x14.agent.v1.AgentEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gent/v1/session.proto\x12\x08\x61gent.v1\x1a\x15\x61gent/v1/common.proto\x1a\x12\x61gent/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x01\n\rSessionRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\ractive_run_id\x18\x04 \x01(\t\x12\x11\n\trun_count\x18\x05 \x01(\r\x12\x15\n\rmessage_count\x18\x06 \x01(\r\x12\x19\n\x11parent_session_id\x18\x07 \x01(\t\x12\x1f\n\x17\x66orked_through_position\x18\x08 \x01(\r\"Q\n\x13ListSessionsRequest\x12(\n\npagination\x18\x01 \x01(\x0b\x32\x14.agent.v1.Pagination\x12\x10\n\x08\x66orks_of\x18\x02 \x01(\t\"A\n\x14ListSessionsResponse\x12)\n\x08sessions\x18\x01 \x03(\x0b\x32\x17.agent.v1.SessionRecord\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\">\n\x12GetSessionResponse\x12(\n\x07session\x18\x01 \x01(\x0b\x32\x17.agent.v1.SessionRecord\"V\n\x1aListSessionMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rfrom_position\x18\x02 \x01(\r\x12\r\n\x05limit\x18\x03 \x01(\r\"g\n\x1bListSessionMessagesResponse\x12#\n\x08messages\x18\x01 \x03(\x0b\x32\x11.agent.v1.Message\x12\x15\n\rnext_position\x18\x02 \x01(\r\x12\x0c\n\x04more\x18\x03 \x01(\x08\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"-\n\x15\x44\x65leteSessionResponse\x12\x14\n\x0cruns_deleted\x18\x01 \x01(\r\"]\n\x19WatchSessionEventsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x61\x66ter_run_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x03 \x01(\x04\"e\n\x12\x46orkSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1a\n\x10through_position\x18\x02 \x01(\rH\x00\x12\x16\n\x0c\x61\x66ter_run_id\x18\x03 \x01(\tH\x00\x42\x07\n\x05point\"?\n\x13\x46orkSessionResponse\x12(\n\x07session\x18\x01 \x01(\x0b\x32\x17.agent.v1.SessionRecord2\xfd\x03\n\x0eSessionService\x12M\n\x0cListSessions\x12\x1d.agent.v1.ListSessionsRequest\x1a\x1e.agent.v1.ListSessionsResponse\x12G\n\nGetSession\x12\x1b.agent.v1.GetSessionRequest\x1a\x1c.agent.v1.GetSessionResponse\x12\x62\n\x13ListSessionMessages\x12$.agent.v1.ListSessionMessagesRequest\x1a%.agent.v1.ListSessionMessagesResponse\x12P\n\rDeleteSession\x12\x1e.agent.v1.DeleteSessionRequest\x1a\x1f.agent.v1.DeleteSessionResponse\x12Q\n\x12WatchSessionEvents\x12#.agent.v1.WatchSessionEventsRequest\x1a\x14.agent.v1.AgentEvent0\x01\x12J\n\x0b\x46orkSession\x12\x1c.agent.v1.ForkSessionRequest\x1a\x1d.agent.v1.ForkSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,25 +35,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agent.v1.session_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SESSIONRECORD']._serialized_start=113
-  _globals['_SESSIONRECORD']._serialized_end=301
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=303
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=366
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=368
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=433
-  _globals['_GETSESSIONREQUEST']._serialized_start=435
-  _globals['_GETSESSIONREQUEST']._serialized_end=474
-  _globals['_GETSESSIONRESPONSE']._serialized_start=476
-  _globals['_GETSESSIONRESPONSE']._serialized_end=538
-  _globals['_LISTSESSIONMESSAGESREQUEST']._serialized_start=540
-  _globals['_LISTSESSIONMESSAGESREQUEST']._serialized_end=626
-  _globals['_LISTSESSIONMESSAGESRESPONSE']._serialized_start=628
-  _globals['_LISTSESSIONMESSAGESRESPONSE']._serialized_end=731
-  _globals['_DELETESESSIONREQUEST']._serialized_start=733
-  _globals['_DELETESESSIONREQUEST']._serialized_end=775
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=777
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=822
-  _globals['_WATCHSESSIONEVENTSREQUEST']._serialized_start=824
-  _globals['_WATCHSESSIONEVENTSREQUEST']._serialized_end=917
-  _globals['_SESSIONSERVICE']._serialized_start=920
-  _globals['_SESSIONSERVICE']._serialized_end=1353
+  _globals['_SESSIONRECORD']._serialized_end=361
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=363
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=444
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=446
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=511
+  _globals['_GETSESSIONREQUEST']._serialized_start=513
+  _globals['_GETSESSIONREQUEST']._serialized_end=552
+  _globals['_GETSESSIONRESPONSE']._serialized_start=554
+  _globals['_GETSESSIONRESPONSE']._serialized_end=616
+  _globals['_LISTSESSIONMESSAGESREQUEST']._serialized_start=618
+  _globals['_LISTSESSIONMESSAGESREQUEST']._serialized_end=704
+  _globals['_LISTSESSIONMESSAGESRESPONSE']._serialized_start=706
+  _globals['_LISTSESSIONMESSAGESRESPONSE']._serialized_end=809
+  _globals['_DELETESESSIONREQUEST']._serialized_start=811
+  _globals['_DELETESESSIONREQUEST']._serialized_end=853
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=855
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=900
+  _globals['_WATCHSESSIONEVENTSREQUEST']._serialized_start=902
+  _globals['_WATCHSESSIONEVENTSREQUEST']._serialized_end=995
+  _globals['_FORKSESSIONREQUEST']._serialized_start=997
+  _globals['_FORKSESSIONREQUEST']._serialized_end=1098
+  _globals['_FORKSESSIONRESPONSE']._serialized_start=1100
+  _globals['_FORKSESSIONRESPONSE']._serialized_end=1163
+  _globals['_SESSIONSERVICE']._serialized_start=1166
+  _globals['_SESSIONSERVICE']._serialized_end=1675
 # @@protoc_insertion_point(module_scope)

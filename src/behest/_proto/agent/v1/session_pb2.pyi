@@ -32,11 +32,19 @@ class SessionRecord(_message.Message):
     ACTIVE_RUN_ID_FIELD_NUMBER: _builtins.int
     RUN_COUNT_FIELD_NUMBER: _builtins.int
     MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    FORKED_THROUGH_POSITION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     active_run_id: _builtins.str
     """The run active on it now; empty when idle."""
     run_count: _builtins.int
     message_count: _builtins.int
+    """The messages of its history, those a fork shares with its parent included."""
+    parent_session_id: _builtins.str
+    """Added in behest 0.11: the session it was forked from, and the position of the last
+    message of that session's history it shares (ForkSession); empty and 0 otherwise.
+    """
+    forked_through_position: _builtins.int
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -50,10 +58,12 @@ class SessionRecord(_message.Message):
         active_run_id: _builtins.str = ...,
         run_count: _builtins.int = ...,
         message_count: _builtins.int = ...,
+        parent_session_id: _builtins.str = ...,
+        forked_through_position: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "created_at", b"created_at", "id", b"id", "message_count", b"message_count", "run_count", b"run_count", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "created_at", b"created_at", "forked_through_position", b"forked_through_position", "id", b"id", "message_count", b"message_count", "parent_session_id", b"parent_session_id", "run_count", b"run_count", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -64,16 +74,20 @@ class ListSessionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PAGINATION_FIELD_NUMBER: _builtins.int
+    FORKS_OF_FIELD_NUMBER: _builtins.int
+    forks_of: _builtins.str
+    """Added in behest 0.11. Optional filter: the forks of this session."""
     @_builtins.property
     def pagination(self) -> _common_pb2.Pagination: ...
     def __init__(
         self,
         *,
         pagination: _common_pb2.Pagination | None = ...,
+        forks_of: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pagination", b"pagination"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pagination", b"pagination"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["forks_of", b"forks_of", "pagination", b"pagination"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -267,3 +281,56 @@ class WatchSessionEventsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchSessionEventsRequest: _TypeAlias = WatchSessionEventsRequest  # noqa: Y015
+
+@_typing.final
+class ForkSessionRequest(_message.Message):
+    """Added in behest 0.11: a new session whose history is a prefix of another's, shared, not
+    copied ("edit and regenerate": fork before the edited message, then run there).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    THROUGH_POSITION_FIELD_NUMBER: _builtins.int
+    AFTER_RUN_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    through_position: _builtins.int
+    """The position of the last message the fork keeps (ListSessionMessages' positions)."""
+    after_run_id: _builtins.str
+    """Keep everything up to the end of this run of the session."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        through_position: _builtins.int = ...,
+        after_run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after_run_id", b"after_run_id", "point", b"point", "through_position", b"through_position"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_run_id", b"after_run_id", "point", b"point", "session_id", b"session_id", "through_position", b"through_position"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_point: _TypeAlias = _typing.Literal["through_position", "after_run_id"]  # noqa: Y015
+    _WhichOneofArgType_point: _TypeAlias = _typing.Literal["point", b"point"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_point) -> _WhichOneofReturnType_point | None: ...
+
+Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015
+
+@_typing.final
+class ForkSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> Global___SessionRecord: ...
+    def __init__(
+        self,
+        *,
+        session: Global___SessionRecord | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionResponse: _TypeAlias = ForkSessionResponse  # noqa: Y015

@@ -62,6 +62,11 @@ class SessionServiceStub:
                 request_serializer=agent_dot_v1_dot_session__pb2.WatchSessionEventsRequest.SerializeToString,
                 response_deserializer=agent_dot_v1_dot_run__pb2.AgentEvent.FromString,
                 _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/agent.v1.SessionService/ForkSession',
+                request_serializer=agent_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_session__pb2.ForkSessionResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -104,6 +109,16 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkSession(self, request, context):
+        """Added in behest 0.11. A new session whose history is the session's through a message
+        (or a run); the two share those messages' stored bytes. A position past the end, or a
+        run not of the session, is INVALID_ARGUMENT; FAILED_PRECONDITION while a run is active
+        on the session and not yet past the point. Deleting either leaves the other whole.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +146,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.WatchSessionEvents,
                     request_deserializer=agent_dot_v1_dot_session__pb2.WatchSessionEventsRequest.FromString,
                     response_serializer=agent_dot_v1_dot_run__pb2.AgentEvent.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=agent_dot_v1_dot_session__pb2.ForkSessionRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_session__pb2.ForkSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -270,6 +290,33 @@ class SessionService:
             '/agent.v1.SessionService/WatchSessionEvents',
             agent_dot_v1_dot_session__pb2.WatchSessionEventsRequest.SerializeToString,
             agent_dot_v1_dot_run__pb2.AgentEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.SessionService/ForkSession',
+            agent_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+            agent_dot_v1_dot_session__pb2.ForkSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

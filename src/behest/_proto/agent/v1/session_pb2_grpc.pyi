@@ -47,6 +47,12 @@ class SessionServiceStub:
     order they started (a session has one active run at a time). It does not end: a chat
     front end opens it once, and resumes it after a break from the last event it saw.
     """
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.ForkSessionResponse]
+    """Added in behest 0.11. A new session whose history is the session's through a message
+    (or a run); the two share those messages' stored bytes. A position past the end, or a
+    run not of the session, is INVALID_ARGUMENT; FAILED_PRECONDITION while a run is active
+    on the session and not yet past the point. Deleting either leaves the other whole.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -65,6 +71,12 @@ class SessionServiceAsyncStub(SessionServiceStub):
     included, in the order they were stored: each run's events in sequence, the runs in the
     order they started (a session has one active run at a time). It does not end: a chat
     front end opens it once, and resumes it after a break from the last event it saw.
+    """
+    ForkSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.ForkSessionResponse]  # type: ignore[assignment]
+    """Added in behest 0.11. A new session whose history is the session's through a message
+    (or a run); the two share those messages' stored bytes. A position past the end, or a
+    run not of the session, is INVALID_ARGUMENT; FAILED_PRECONDITION while a run is active
+    on the session and not yet past the point. Deleting either leaves the other whole.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -111,6 +123,18 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         included, in the order they were stored: each run's events in sequence, the runs in the
         order they started (a session has one active run at a time). It does not end: a chat
         front end opens it once, and resumes it after a break from the last event it saw.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkSession(
+        self,
+        request: _session_pb2.ForkSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ForkSessionResponse, _abc.Awaitable[_session_pb2.ForkSessionResponse]]:
+        """Added in behest 0.11. A new session whose history is the session's through a message
+        (or a run); the two share those messages' stored bytes. A position past the end, or a
+        run not of the session, is INVALID_ARGUMENT; FAILED_PRECONDITION while a run is active
+        on the session and not yet past the point. Deleting either leaves the other whole.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
