@@ -40,6 +40,8 @@ from google.protobuf.json_format import MessageToDict
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as run_grpc
+from behest._proto.agent.v1 import session_pb2 as spb
+from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
 from behest.domain.callers import Caller
 from behest.errors import Unauthenticated
 from tests.certs import CertificateAuthority, Pem
@@ -1488,3 +1490,24 @@ async def test_watch_session_events_follows_every_run_after_the_cursor(recipes: 
     assert result.error()[0] == "DeadlineExceeded"
     assert result.documents() == whole[1:]
     assert [event_kind(e) for e in result.documents()].count("run_completed") == 2
+
+
+@runs("agent.v1.SessionService/ForkSession")
+async def test_fork_session_shares_the_start_of_a_session(recipes: Recipes) -> None:
+    texts = [unique("first"), unique("second")]
+    session_id = await session_with_runs(recipes, *texts)
+    # As written in the doc: through position 1 (the first run's two messages).
+    result = await recipes.run("agent.v1.SessionService/ForkSession", session_id=session_id)
+    assert result.code == 0, result.stderr
+    forked = field(result.json(), "session")
+    assert field(forked, "parent_session_id") == session_id
+    assert (field(forked, "forked_through_position"), field(forked, "message_count")) == (1, 2)
+    stub = session_rpc.SessionServiceStub(recipes.server.channel)
+    page = await stub.ListSessionMessages(
+        spb.ListSessionMessagesRequest(session_id=field(forked, "id"), limit=100)
+    )
+    assert [m.content[0].text.text for m in page.messages] == [texts[0], texts[0]]
+    past = await recipes.run(
+        "agent.v1.SessionService/ForkSession", session_id=session_id, through_position=9
+    )
+    assert past.code == EXIT_INVALID_ARGUMENT, past.stderr

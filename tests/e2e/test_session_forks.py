@@ -15,8 +15,9 @@ from behest._proto.agent.v1 import common_pb2 as c
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import session_pb2 as spb
 from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
+from behest.client import BehestClient
 from behest.store.sql import tables as t
-from tests.support import Server, collect, create_request, kind, script
+from tests.support import Server, behest, collect, create_request, kind, script
 
 
 def sessions_of(server: Server) -> session_rpc.SessionServiceStub:
@@ -178,3 +179,16 @@ async def test_bad_points_and_sessions_write_nothing(served: Server) -> None:
     assert early.message_count == 2
     await served.runs.CancelRun(pb.CancelRunRequest(run_id=slow.run_id))
     assert len(runs) == 2
+
+
+async def test_the_python_client_and_the_cli_fork_a_session(server: Server) -> None:
+    original, runs = await session_of(server, 2)
+    async with BehestClient(server.address) as client:
+        forked = await client.fork_session(original, after_run_id=runs[0])
+        assert (forked.parent_session_id, forked.forked_through_position) == (original, 1)
+        assert [s.id for s in await client.list_sessions(forks_of=original)] == [forked.id]
+    printed = await behest(
+        "sessions", "fork", original, "--through", "2", "--server", server.address
+    )
+    assert printed.code == 0, printed.err
+    assert f"forked from {original} through message 2 (3 messages)" in printed.out

@@ -30,7 +30,7 @@ from behest.cli.formats import (
 )
 from behest.cli.render import EventPrinter
 from behest.cli.waits import UsageError
-from behest.client import BehestClient
+from behest.client import BehestClient, Session
 from behest.config import Settings
 
 ClientFactory = Callable[[argparse.Namespace], BehestClient]
@@ -62,6 +62,14 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     )
     watch.add_argument("--runs", type=int, default=0, help="stop once this many runs ended")
     watch.set_defaults(func=lambda args, printer: _sessions_watch(args, printer, client))
+    fork = actions.add_parser(
+        "fork", parents=[server], help="a new session sharing the start of one's history"
+    )
+    fork.add_argument("session_id")
+    point = fork.add_mutually_exclusive_group(required=True)
+    point.add_argument("--through", type=int, metavar="POSITION", help="the last message kept")
+    point.add_argument("--after-run", default="", metavar="RUN_ID", help="keep up to its end")
+    fork.set_defaults(func=lambda args, printer: _sessions_fork(args, client))
     delete = actions.add_parser(
         "delete", parents=[server], help="erase a session with its runs and their events"
     )
@@ -105,6 +113,21 @@ def add_run_actions(actions: Any, server: argparse.ArgumentParser, client: Clien
     prune.add_argument("--config", help="a TOML settings file (default $BEHEST_CONFIG)")
     prune.add_argument("--data-dir", help="where the SQLite database lives")
     prune.set_defaults(func=lambda args, printer: _runs_prune(args))
+
+
+def _sessions_fork(args: argparse.Namespace, client: ClientFactory) -> int:
+    async def go() -> Session:
+        async with client(args) as behest:
+            return await behest.fork_session(
+                args.session_id, through_position=args.through, after_run_id=args.after_run
+            )
+
+    forked = asyncio.run(go())
+    print(
+        f"session {forked.id}  forked from {forked.parent_session_id} through message "
+        f"{forked.forked_through_position} ({forked.message_count} messages)"
+    )
+    return EXIT_OK
 
 
 def _sessions_watch(args: argparse.Namespace, printer: EventPrinter, client: ClientFactory) -> int:

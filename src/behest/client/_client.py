@@ -30,7 +30,7 @@ from behest.client._errors import Unavailable, error_of
 from behest.client._events import Event
 from behest.client._executions import ToolExecutions
 from behest.client._options import RunOptions
-from behest.client._session_watch import SessionWatch
+from behest.client._session_calls import SessionCalls
 from behest.client._types import (
     CreatedRun,
     Message,
@@ -49,7 +49,7 @@ _DEFAULTS = RunOptions()
 _NOT_OPEN = "BehestClient is not open; use `async with BehestClient(...)`"
 
 
-class BehestClient(ToolExecutions, AgentCalls, SessionWatch):
+class BehestClient(ToolExecutions, AgentCalls, SessionCalls):
     """behest's services over one channel; use as `async with BehestClient(address) as c:`.
 
     Files are read here: an unreadable one raises OSError; a token gRPC cannot send, or a
@@ -242,10 +242,12 @@ class BehestClient(ToolExecutions, AgentCalls, SessionWatch):
 
     # --- sessions, tools, providers, usage ------------------------------------------------
 
-    async def list_sessions(self, *, limit: int = 0, offset: int = 0) -> list[Session]:
-        """The tenant's sessions, newest first."""
+    async def list_sessions(
+        self, *, limit: int = 0, offset: int = 0, forks_of: str = ""
+    ) -> list[Session]:
+        """The tenant's sessions (or the forks of one), newest first."""
         pagination = _wire.Pagination(limit=limit, offset=offset)
-        request = _wire.session.ListSessionsRequest(pagination=pagination)
+        request = _wire.session.ListSessionsRequest(pagination=pagination, forks_of=forks_of)
         response = await self._unary(self._s.sessions.ListSessions, request)
         return [_wire.session_of(s) for s in response.sessions]
 

@@ -253,6 +253,9 @@ class Session:
     active_run_id: str = ""
     run_count: int = 0
     message_count: int = 0
+    # A fork (fork_session): the session it shares its history with, through this position.
+    parent_session_id: str = ""
+    forked_through_position: int = 0
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

@@ -1,12 +1,17 @@
-"""BehestClient's watch of a whole session (WatchSessionEvents): every event of its runs, the
-runs started later included; it does not end by itself. After a break (UNAVAILABLE: a
-restart, a failover) it comes back from the last event it yielded — that event's run and
-sequence are the session's cursor — with the client's reconnect backoff, so nothing is missed
-or repeated."""
+"""BehestClient's calls of sessions as conversations.
+
+`watch_session` (WatchSessionEvents): every event of its runs, the runs started later
+included; it does not end by itself. After a break (UNAVAILABLE: a restart, a failover) it
+comes back from the last event it yielded — that event's run and sequence are the session's
+cursor — with the client's reconnect backoff, so nothing is missed or repeated.
+
+`fork_session` (ForkSession): a new session sharing a prefix of one's history; not retried
+(a repeat would make a second fork)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc.aio
 
@@ -14,9 +19,10 @@ from behest.client import _wire
 from behest.client._channel import Backoff
 from behest.client._errors import Unavailable, error_of
 from behest.client._events import Event
+from behest.client._types import Session
 
 
-class SessionWatch:
+class SessionCalls:
     """Mixed into BehestClient, whose stubs, call metadata and backoff this uses."""
 
     @property
@@ -25,9 +31,25 @@ class SessionWatch:
 
     _backoff: Backoff
 
+    async def _unary(self, method: Any, request: Any, *, retry: bool = True) -> Any:
+        raise NotImplementedError
+
     @property
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
         raise NotImplementedError
+
+    async def fork_session(
+        self, session_id: str, *, through_position: int | None = None, after_run_id: str = ""
+    ) -> Session:
+        """A new session whose history is the session's through a message position (or the
+        end of one of its runs), shared with it."""
+        request = _wire.session.ForkSessionRequest(session_id=session_id)
+        if after_run_id:
+            request.after_run_id = after_run_id
+        elif through_position is not None:
+            request.through_position = through_position
+        response = await self._unary(self._s.sessions.ForkSession, request, retry=False)
+        return _wire.session_of(response.session)
 
     async def watch_session(
         self, session_id: str, *, after_run_id: str = "", after_sequence: int = 0
