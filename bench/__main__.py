@@ -28,13 +28,13 @@ from typing import Any
 from behest import event_loop
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from behest.config import Settings
-from bench import children, doors, items, workers
+from bench import children, doors, items, sessions, workers
 from bench.children import ROOT
 from bench.sizes import FULL, QUICK, Sizes
 from tests.stored import fresh_database
 
 RESULTS = ROOT / "bench" / "results"
-ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11")
+ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12")
 NAMES = {
     "1": "floors",
     "2": "one long run",
@@ -47,6 +47,7 @@ NAMES = {
     "9": "replicas on PostgreSQL",
     "10": "worker tools",
     "11": "HTTP doors (Connect, SSE) against gRPC",
+    "12": "a session's stored bytes, and its forks'",
 }
 # Items whose verdict is a ratio to a floor: asking for one of them measures the floors too.
 NEEDS_FLOORS = {"2", "3", "4", "7", "10"}
@@ -530,6 +531,33 @@ async def run(suite: Suite) -> None:
         await guarded(suite, {"10"}, run_workers(suite))
     if "11" in suite.only:
         await guarded(suite, {"11"}, run_doors(suite))
+    if "12" in suite.only:
+        await guarded(suite, {"12"}, run_session_bytes(suite))
+
+
+async def run_session_bytes(suite: Suite) -> None:
+    """Item 12: bytes per turn of a long session, their growth, and what forks add."""
+    with tempfile.TemporaryDirectory(prefix="behest-bench-") as data_dir:
+        server = await children.start_behest(Path(data_dir))
+        database = Path(data_dir) / "behest.db"
+        async with children.running(server):
+            # Quick: a shorter session, with as many forks per turn.
+            turns, forks = (50, 5) if suite.sizes is QUICK else (sessions.TURNS, sessions.FORKS)
+            result = await suite.item(
+                "12", lambda: sessions.measure(server.address, database, turns, forks)
+            )
+    suite.results["12"] = {"name": NAMES["12"], "store": "sqlite", **result}
+    if "error" in result:
+        return
+    turns, forks = result["turns"], result["forks"]
+    growth, ratio = result["growth"], result["forks_ratio"]
+    suite.rows += [
+        Row("12", f"a {turns}-turn session, bytes per turn", result["bytes_per_turn"], "B"),
+        Row("12", "bytes of its last 10 turns against its first 10", growth, "x",
+            "≤ 1.1x (linear)", growth, growth <= 1.1),
+        Row("12", f"the session and {forks} forks with a turn each, against it", ratio, "x",
+            "< 1.2x", ratio, ratio < 1.2),
+    ]  # fmt: skip
 
 
 async def run_doors(suite: Suite) -> None:

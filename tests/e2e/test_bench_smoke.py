@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}
+ITEMS = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"}
 POSTGRES = any(os.environ.get(k) for k in ("BEHEST_BENCH_POSTGRES_URL", "BEHEST_TEST_POSTGRES_URL"))
 
 
@@ -59,6 +59,7 @@ def test_quick_bench_writes_every_item(tmp_path: Path) -> None:
     assert isinstance(found["6"]["growth_mb"], float)
     assert found["8"]["off_runs_per_s"] > 0 and found["8"]["on_runs_per_s"] > 0
     assert found["8"]["ratio"] > 0
+    assert found["12"]["bytes_per_turn"] > 0 and 1.0 <= found["12"]["forks_ratio"] < 1.5
     if POSTGRES:
         assert "error" not in found["7"], found["7"]
         assert set(found["7"]["items"]) == {"2", "3", "4", "5"}
