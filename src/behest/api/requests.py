@@ -118,15 +118,7 @@ def run_request(
     session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
     if request.start_session and session_id is None:
         raise InvalidArgument("start_session needs session_id: the UUID of the session to start")
-    try:
-        on_busy = BusyPolicy(request.on_busy)
-    except ValueError:
-        raise InvalidArgument(f"on_busy {request.on_busy} is not a BusyPolicy value") from None
-    if on_busy in (BusyPolicy.ENQUEUE, BusyPolicy.STEER) and content:
-        raise InvalidArgument(
-            f"on_busy {on_busy.name} takes no content parts (a message that waits keeps its "
-            "input text only); send them once the session is idle"
-        )
+    on_busy = busy_policy(request.on_busy, content)
     return RunRequest(
         session_id=session_id,
         provider=provider,
@@ -147,6 +139,20 @@ def run_request(
         start_session=request.start_session,
         on_busy=on_busy,
     )
+
+
+def busy_policy(value: int, content: Sequence[ContentPart]) -> BusyPolicy:
+    """CreateRunRequest.on_busy: a known policy; one whose message waits takes no parts."""
+    try:
+        on_busy = BusyPolicy(value)
+    except ValueError:
+        raise InvalidArgument(f"on_busy {value} is not a BusyPolicy value") from None
+    if on_busy in (BusyPolicy.ENQUEUE, BusyPolicy.STEER) and content:
+        raise InvalidArgument(
+            f"on_busy {on_busy.name} takes no content parts (a message that waits keeps its "
+            "input text only); send them once the session is idle"
+        )
+    return on_busy
 
 
 def _check_fields(request: pb.CreateRunRequest, limits: RequestLimits) -> None:
