@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from starlette.requests import Request
@@ -33,7 +34,8 @@ _MESSAGES = (ev.ToolMessageCommitted, ev.AssistantMessageCommitted)
 
 
 class LiveTails:
-    """The open live tails of this server; closed together (shutdown, or on purpose)."""
+    """The open live tails of this server (of runs, and of sessions: web/session_live.py);
+    closed together (shutdown, or on purpose)."""
 
     def __init__(self, runs: Operations, gate: Gate, *, heartbeat_s: float = HEARTBEAT_S):
         self._runs = runs
@@ -44,6 +46,20 @@ class LiveTails:
     @property
     def open(self) -> int:
         return len(self._closing)
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self._heartbeat_s
+
+    @contextmanager
+    def held(self) -> Iterator[asyncio.Event]:
+        """One open stream, counted while it lasts; its event is set to end it."""
+        closing = asyncio.Event()
+        self._closing.add(closing)
+        try:
+            yield closing
+        finally:
+            self._closing.discard(closing)
 
     def close_all(self) -> None:
         """End every open stream (browsers reconnect with Last-Event-ID, unless stopping)."""
@@ -67,9 +83,7 @@ class LiveTails:
     async def _stream(
         self, caller: Caller, run_id: str, after: int, context: views.Context
     ) -> AsyncIterator[str]:
-        closing = asyncio.Event()
-        self._closing.add(closing)
-        try:
+        with self.held() as closing:
             yield f"retry: {RETRY_MS}\n\n"
             events = self._runs.watch(caller, run_id, after=after)
             async for event in paced(events, closing, self._heartbeat_s):
@@ -82,8 +96,6 @@ class LiveTails:
                 yield f"id: {event.sequence}\nevent: item\ndata: {json.dumps(item.as_json())}\n\n"
             if not closing.is_set():  # the run has ended (maybe before the cursor): no reconnect
                 yield "event: end\ndata: {}\n\n"
-        finally:
-            self._closing.discard(closing)
 
     async def _read_message(
         self, caller: Caller, run_id: str, message_id: str, context: views.Context
@@ -97,9 +109,14 @@ class LiveTails:
 def cursor(request: Request) -> int:
     """Where to resume: Last-Event-ID (a reconnect), else ?after= (the page's last event)."""
     value = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if not value.isdigit() or int(value) > MAX_SEQUENCE:
+    if not is_sequence(value):
         raise InvalidArgument("after and Last-Event-ID must be event sequence numbers")
     return int(value)
+
+
+def is_sequence(value: str) -> bool:
+    """An event's sequence number in ASCII digits (not "²", nor 5,000 digits)."""
+    return value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_SEQUENCE
 
 
 async def paced(
