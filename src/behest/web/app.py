@@ -42,6 +42,8 @@ from behest.web.auth import CsrfRefused, Gate, SignInRequired
 from behest.web.live import LiveTails
 from behest.web.pages import Pages
 from behest.web.rendering import Renderer
+from behest.web.session_live import SessionTails
+from behest.web.session_page import SessionPage
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ def build_app(
     pages = Pages(runs, gate, renderer, live, open_streams)
     actions = Actions(runs, gate, pages)
     agents = AgentPages(runs, gate, renderer)
+    session = SessionPage(runs, gate, renderer)
+    session_live = SessionTails(runs, gate, live)
     routes = [
         Route("/", _home),
         Route("/signin", pages.sign_in, methods=["GET"]),
@@ -86,7 +90,8 @@ def build_app(
         Route("/runs/{run_id:uuid}/answer", actions.answer, methods=["POST"]),
         Route("/approvals", pages.approvals),
         Route("/sessions", pages.sessions),
-        Route("/sessions/{session_id:uuid}", pages.session),
+        Route("/sessions/{session_id:uuid}", session.page),
+        Route("/sessions/{session_id:uuid}/live", session_live.endpoint),
         Route("/agents", agents.agents),
         Route("/agents/{name}", agents.agent),
         Route("/dashboard", pages.dashboard),

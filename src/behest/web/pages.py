@@ -1,6 +1,7 @@
-"""The inspector's pages (GET): runs, a run, pending calls, sessions, a session, the
-dashboard, sign-in. Each reads through `Operations` for the signed-in caller, so what a page
-shows is what the gRPC API would answer that caller (another tenant's run: not found)."""
+"""The inspector's pages (GET): runs, a run, pending calls, sessions, the dashboard, sign-in
+(a session's page: session_page.py). Each reads through `Operations` for the signed-in
+caller, so what a page shows is what the gRPC API would answer that caller (another tenant's
+run: not found)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from behest.web.live import LiveTails
 from behest.web.rendering import Renderer
 
 EVENTS_PAGE = 200
-MESSAGES_PAGE = 100
 SESSIONS_PAGE = 50
 WAITING_SHOWN = 100
 
@@ -138,27 +138,6 @@ class Pages:
             caller=caller,
             sessions=found[:SESSIONS_PAGE],
             next_start=start + SESSIONS_PAGE if len(found) > SESSIONS_PAGE else None,
-        )
-
-    async def session(self, request: Request) -> Response:
-        caller = self._gate.caller(request)
-        session_id = str(request.path_params["session_id"])
-        found = await self._runs.get_session(caller, session_id)
-        start = number(request, "from", 0)
-        messages, more = await self._runs.session_messages(
-            caller, session_id, from_position=start, limit=MESSAGES_PAGE
-        )
-        runs = await self._runs.list_runs(
-            caller, RunFilter(session_id=session_id, limit=listing.PAGE)
-        )
-        return self._render.page(
-            request,
-            "session.html",
-            caller=caller,
-            session=found,
-            messages=messages,
-            next_from=messages[-1].position + 1 if more else None,
-            runs=runs,
         )
 
     async def dashboard(self, request: Request) -> Response:

@@ -1,0 +1,250 @@
+"""A session's page follows the session live (issue 28): its SSE stream over a real server and
+a real HTTP client (httpx2) — every event of every run, the runs started after it opened
+included, with ids RUN_ID:SEQUENCE; a reconnect with Last-Event-ID resumes right after; bad
+cursors and another tenant's session refused — and in headless Chromium: a run created over
+gRPC on the session of an open page, a message steered into its run, a run queued behind it,
+each shown as chat turns without a reload."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from behest._proto.agent.v1 import run_pb2 as pb
+from tests.sse_support import TIMEOUT, Stream, read_stream
+from tests.support import collect, create_request, kind, script
+from tests.web_support import (
+    ALICE,
+    BOB,
+    Inspector,
+    bearer,
+    chromium,
+    expect,
+    inspector,
+    screenshot,
+    session_cookie,
+    signed_in,
+)
+
+CALC = {"name": "calculator", "arguments": {"expression": "6*7"}}
+PLANT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+async def cookie_header(base: str, token: str = ALICE) -> dict[str, str]:
+    cookies = await session_cookie(base, token)
+    return {"Cookie": f"behest_session={cookies['behest_session']}"}
+
+
+async def finished_run(web: Inspector, text: str, token: str = ALICE, **fields: Any) -> list[str]:
+    """A script run that answers `text`, to its end; its events' SSE ids."""
+    request = create_request(script({"text": text}), model="script", **fields)
+    events = await collect(web.server.runs.CreateRunStream(request, metadata=bearer(token)))
+    assert kind(events[-1]) == "run_completed"
+    return [f"{e.run_id}:{e.sequence}" for e in events]
+
+
+async def session_of(web: Inspector, run_id: str, token: str = ALICE) -> str:
+    got = await web.server.runs.GetRun(pb.GetRunRequest(run_id=run_id), metadata=bearer(token))
+    return got.run.session_id
+
+
+def ending_at(last_id: str) -> Any:
+    return lambda stream: bool(stream.events) and stream.events[-1].id == last_id
+
+
+async def open_streams_drop_to(web: Inspector, count: int) -> None:
+    """The server ends a stream whose client went away."""
+    assert web.server.app.web is not None
+    async with asyncio.timeout(10):
+        while web.server.app.web.live.open != count:  # noqa: ASYNC110 (a count, no event)
+            await asyncio.sleep(0.02)
+
+
+async def test_the_session_stream_carries_every_run_and_resumes_after_last_event_id(
+    tmp_path: Path,
+) -> None:
+    async with inspector(tmp_path) as web:
+        first = await finished_run(web, "one two three")
+        session_id = await session_of(web, first[0].split(":")[0])
+        headers = await cookie_header(web.base)
+        url = f"{web.base}/sessions/{session_id}/live"
+        seen_first = asyncio.Event()
+        second: list[str] = []
+
+        def until(stream: Stream) -> bool:
+            if stream.events and stream.events[-1].id == first[-1]:
+                seen_first.set()
+            return bool(second) and ending_at(second[-1])(stream)
+
+        async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
+            reading = asyncio.create_task(
+                read_stream(client, "GET", url, headers=headers, until=until)
+            )
+            await asyncio.wait_for(seen_first.wait(), 20)  # the stream is open, idle
+            second.extend(await finished_run(web, "four five six", session_id=session_id))
+            stream = await asyncio.wait_for(reading, 20)
+            assert stream.status == 200, stream.body
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            assert stream.retry == ["1000"]
+            assert [e.id for e in stream.events] == first + second
+            items = [e.json() for e in stream.events]
+            assert {e.event for e in stream.events} == {"item"}
+            started = [i for i in items if i["shows"] == "run"]
+            assert [i["message"]["text"] for i in started] == [
+                script({"text": "one two three"}),
+                script({"text": "four five six"}),
+            ]
+            answers = [
+                i["message"]["text"] for i in items if i["name"] == "assistant_message_committed"
+            ]
+            assert answers == ["one two three", "four five six"]
+            assert [i["status"] for i in items if i["shows"] == "end"] == ["COMPLETED"] * 2
+            await open_streams_drop_to(web, 0)  # the client went away: the stream ended
+
+            everything = first + second
+            for after, last_event_id, rest in (
+                (f"?after={first[1]}", "", everything[2:]),
+                (f"?after={first[1]}", first[-1], second),  # a reconnect: the header wins
+                ("", second[1], second[2:]),
+            ):
+                sent = {**headers, "Last-Event-ID": last_event_id} if last_event_id else headers
+                resumed = await read_stream(
+                    client, "GET", url + after, headers=sent, until=ending_at(second[-1])
+                )
+                assert [e.id for e in resumed.events] == rest
+            await open_streams_drop_to(web, 0)
+
+
+async def test_bad_cursors_are_400_and_another_tenants_session_404(tmp_path: Path) -> None:
+    async with inspector(tmp_path) as web:
+        mine = await finished_run(web, "mine")
+        run_id = mine[0].split(":")[0]
+        session_id = await session_of(web, run_id)
+        other = await finished_run(web, "another session of mine")
+        theirs = await finished_run(web, "bob's", token=BOB)
+        bobs_session = await session_of(web, theirs[0].split(":")[0], token=BOB)
+        headers = await cookie_header(web.base)
+        url = f"{web.base}/sessions/{session_id}/live"
+
+        async def status(url: str, **sent: str) -> tuple[int, str]:
+            async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
+                reply = await read_stream(
+                    client, "GET", url, headers={**headers, **sent}, until=lambda s: True
+                )
+            return reply.status, reply.body
+
+        for cursor in (
+            "nonsense",
+            f"{run_id}:x",
+            f"{run_id}:0",
+            f"{run_id}:{'9' * 40}",
+            run_id,
+            f"{run_id[:-1]}:1",
+            f"{uuid.uuid4()}:1",  # no such run
+            other[0],  # a run of another session
+            theirs[0],  # another tenant's run
+            f"{run_id}:{len(mine) + 1}",  # past the end of the run
+        ):
+            code, body = await status(url, **{"Last-Event-ID": cursor})
+            assert code == 400, (cursor, body)
+            assert (await status(f"{url}?after={cursor}"))[0] == 400, cursor
+        assert (await status(f"{url}?after={run_id}:²"))[0] == 400
+        assert (await status(url, **{"Last-Event-ID": mine[-1]}))[0] == 200
+        code, body = await status(f"{web.base}/sessions/{bobs_session}/live")
+        assert code == 404 and "bob" not in body
+        assert (await status(f"{web.base}/sessions/{uuid.uuid4()}/live"))[0] == 404
+        # Another tenant's session is not found whatever the cursor says.
+        assert (await status(f"{web.base}/sessions/{bobs_session}/live?after=x"))[0] == 404
+        async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
+            signed_out = await client.get(url)
+        assert signed_out.status_code == 401
+        await open_streams_drop_to(web, 0)
+
+
+async def test_an_open_session_page_shows_new_runs_steers_and_queues_live(tmp_path: Path) -> None:
+    async with inspector(tmp_path) as web, chromium() as browser:
+        runs, md = web.server.runs, bearer(ALICE)
+        first = await finished_run(web, "the first answer")
+        session_id = await session_of(web, first[0].split(":")[0])
+        page = await signed_in(browser, web.base, ALICE)
+        await page.goto(f"{web.base}/sessions/{session_id}")
+        await expect(page.locator("#live-state")).to_have_text("live")
+        await page.evaluate("window.__same_page = 1")
+        turns = page.locator("#turns section.turn")
+        await expect(turns).to_have_count(1)
+
+        # A run that waits for an approval, created over gRPC: its turn appears.
+        waits = create_request(
+            script({"tool_calls": [CALC]}, {"text": "the second answer"}),
+            model="script",
+            session_id=session_id,
+        )
+        waits.approval_required_tools.append("calculator")
+        second = await runs.CreateRun(waits, metadata=md)
+        turn = page.locator(f"section.turn[data-run='{second.run_id}']")
+        await expect(turn.locator(".turn-head .status")).to_have_text("WAITING_FOR_INPUT")
+        await expect(turn.locator("p.line")).to_contain_text("calculator")
+        await expect(page.locator(f"#session-runs li[data-run='{second.run_id}']")).to_have_count(1)
+        assert web.server.app.web is not None
+        web.server.app.web.live.close_all()  # the server drops the stream: the page reconnects
+        await expect(page.locator("#transcript")).to_have_attribute("data-reconnects", "1")
+
+        # A message steered into it, and a run queued behind it; then the approval.
+        steer = create_request(
+            "and in French, please", session_id=session_id, on_busy=pb.BUSY_POLICY_STEER
+        )
+        steered = await runs.CreateRun(steer, metadata=md)
+        assert (steered.run_id, steered.steered) == (second.run_id, True)
+        queued = create_request(
+            script({"text": f"the third answer {PLANT}"}),
+            model="script",
+            session_id=session_id,
+            on_busy=pb.BUSY_POLICY_ENQUEUE,
+        )
+        third = await runs.CreateRun(queued, metadata=md)
+        call = pb.ApprovalAnswer(call_id="call_1_1", decision=pb.APPROVAL_DECISION_ALLOW)
+        await runs.SubmitApprovals(
+            pb.SubmitApprovalsRequest(run_id=second.run_id, approvals=[call]), metadata=md
+        )
+
+        last = page.locator(f"section.turn[data-run='{third.run_id}']")
+        await expect(last.locator(".msg.role-assistant")).to_contain_text(
+            f"the third answer {PLANT}", timeout=20_000
+        )
+        await _check_the_chat(page, second.run_id, third.run_id)
+        assert await page.evaluate("window.__same_page") == 1  # no reload
+        await screenshot(page, "session-live")
+
+        await page.reload()  # the same chat, rendered by the server
+        await _check_the_chat(page, second.run_id, third.run_id)
+        await screenshot(page, "session-live-rendered")
+
+
+async def _check_the_chat(page: Any, second: str, third: str) -> None:
+    turns = page.locator("#turns section.turn")
+    await expect(turns).to_have_count(3)
+    await expect(turns.nth(0)).to_contain_text("the first answer")
+    turn = page.locator(f"section.turn[data-run='{second}']")
+    steered = turn.locator(".msg.steered")
+    await expect(steered).to_have_count(1)
+    await expect(steered).to_contain_text("and in French, please")
+    await expect(steered).to_contain_text("steered into the running run")
+    await expect(turn.locator(".msg.role-assistant").last).to_contain_text("the second answer")
+    await expect(turn.locator(".turn-head .status")).to_have_text("COMPLETED")
+    last = page.locator(f"section.turn[data-run='{third}']")
+    await expect(last.locator(".note-waited_for")).to_have_text(f"waited for run {second[:8]}")
+    await expect(last.locator(".note-waited_for a")).to_have_attribute("href", f"/runs/{second}")
+    await expect(last.locator(".turn-head .status")).to_have_text("COMPLETED")
+    await expect(page.locator("#session-runs li")).to_have_count(3)
+    ids = await page.eval_on_selector_all(
+        "#turns article[data-message]", "items => items.map(i => i.dataset.message)"
+    )
+    assert len(ids) == len(set(ids)) == 9, ids  # each message once: 2 + 5 (call, result) + 2
+    assert await page.locator("article.streaming").count() == 0
+    await expect(last.locator(".msg.role-assistant")).to_contain_text(f"the third answer {PLANT}")
+    assert await page.evaluate("window.__pwned") is None  # shown as text, never run
+    assert await page.locator("#turns script, #turns img").count() == 0
