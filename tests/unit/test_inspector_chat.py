@@ -101,6 +101,31 @@ def test_the_live_stream_says_what_the_chat_shows_of_each_event() -> None:
     assert usage_like.shows == "" and usage_like.line  # sent (its id moves the cursor), not shown
 
 
+def test_the_run_timeline_shows_steered_messages_and_what_a_run_did_to_the_one_before() -> None:
+    context = views.Context()
+    plain = views.item(event(started()), context)
+    assert (plain.title, plain.link, plain.sections) == ("run started", "", [])
+    for on_busy, how in (
+        (BusyPolicy.INTERRUPT, "interrupted"),
+        (BusyPolicy.ROLLBACK, "rolled back"),
+    ):
+        it = views.item(event(started(interrupted_run_id=A, on_busy=on_busy)), context)
+        assert (it.title, it.link, it.sections) == (
+            f"run started ({how} a run)",
+            f"/runs/{A}",
+            [(how, A)],
+        )
+    waited = views.item(event(started(waited_for_run_id=A, on_busy=BusyPolicy.ENQUEUE)), context)
+    assert (waited.title, waited.link) == ("run started (waited for a run)", f"/runs/{A}")
+    steered = views.item(event(ev.UserMessageAdded("m4", "in French"), 9), context)
+    assert (steered.kind, steered.title, steered.summary) == (
+        "text",
+        "user message (steered in)",
+        "+ user: in French",
+    )
+    assert steered.sections == [("text", "in French")]
+
+
 def test_a_cursor_is_a_run_and_a_sequence() -> None:
     run_id = str(uuid.uuid4())
     assert parse_cursor("") == ("", 0)

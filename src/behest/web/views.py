@@ -18,7 +18,7 @@ from typing import Any
 from behest import wording
 from behest.domain import events as ev
 from behest.domain.messages import Message
-from behest.domain.runs import Run, RunStatus
+from behest.domain.runs import BusyPolicy, Run, RunStatus
 from behest.domain.spend import Money, TokenUsage
 
 # The longest text a section shows (a tool's output may be a megabyte), and a summary.
@@ -100,6 +100,19 @@ def _run_started(it: Item, p: ev.RunStarted, c: Context) -> None:
     it.kind, it.title = "model", "run started"
     if p.agent_name:
         it.sections = [("agent", f"{p.agent_name}@{p.agent_version}")]
+    rolled = p.on_busy == BusyPolicy.ROLLBACK
+    for how, other in (
+        ("rolled back" if rolled else "interrupted", p.interrupted_run_id),
+        ("waited for", p.waited_for_run_id),
+    ):
+        if other:  # what it did to the run before it on its session (double-texting)
+            it.title, it.link = f"run started ({how} a run)", f"/runs/{other}"
+            it.sections.append((how, other))
+
+
+def _user_message_added(it: Item, p: ev.UserMessageAdded, c: Context) -> None:
+    it.kind, it.title = "text", "user message (steered in)"
+    it.sections = [("text", clip(p.text))]
 
 
 def _model_started(it: Item, p: ev.ModelStarted, c: Context) -> None:
@@ -281,6 +294,7 @@ _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
     ev.SubRunFinished: _sub_finished,
     ev.OutputRejected: _output_rejected,
     ev.Handoff: _handoff,
+    ev.UserMessageAdded: _user_message_added,
 }
 
 
