@@ -15,6 +15,8 @@ from typing import Any
 import httpx2
 
 from behest._proto.agent.v1 import run_pb2 as pb
+from behest._proto.agent.v1 import session_pb2 as spb
+from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
 from tests.sse_support import TIMEOUT, Stream, read_stream
 from tests.support import collect, create_request, kind, script
 from tests.web_support import (
@@ -24,6 +26,7 @@ from tests.web_support import (
     bearer,
     chromium,
     expect,
+    fetch,
     inspector,
     screenshot,
     session_cookie,
@@ -165,6 +168,40 @@ async def test_bad_cursors_are_400_and_another_tenants_session_404(tmp_path: Pat
         await open_streams_drop_to(web, 0)
 
 
+async def test_a_fork_shows_its_shared_history_and_follows_only_its_own_runs(
+    tmp_path: Path,
+) -> None:
+    async with inspector(tmp_path) as web:
+        first = await finished_run(web, "the parent's answer")
+        parent = await session_of(web, first[0].split(":")[0])
+        sessions = session_rpc.SessionServiceStub(web.server.channel)
+        forked = await sessions.ForkSession(
+            spb.ForkSessionRequest(session_id=parent, through_position=1), metadata=bearer(ALICE)
+        )
+        fork = forked.session.id
+        cookies = await session_cookie(web.base, ALICE)
+        page = await fetch(f"{web.base}/sessions/{fork}", cookies=cookies)
+        assert page.status == 200
+        assert f'A fork of session <a href="/sessions/{parent}">' in page.body
+        assert "shared from session" in page.body and "the parent&#39;s answer" in page.body
+        assert 'data-after=""' in page.body  # none of the history is its own: from its start
+        listed = await fetch(f"{web.base}/sessions/{parent}", cookies=cookies)
+        assert f'href="/sessions/{fork}"' in listed.body  # the parent lists its forks
+
+        own = await finished_run(web, "the fork's answer", session_id=fork)
+        async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
+            stream = await read_stream(
+                client,
+                "GET",
+                f"{web.base}/sessions/{fork}/live",
+                headers={"Cookie": f"behest_session={cookies['behest_session']}"},
+                until=ending_at(own[-1]),
+            )
+        assert [e.id for e in stream.events] == own  # the fork's runs only
+        again = await fetch(f"{web.base}/sessions/{fork}", cookies=cookies)
+        assert f'data-after="{own[-1]}"' in again.body
+
+
 async def test_an_open_session_page_shows_new_runs_steers_and_queues_live(tmp_path: Path) -> None:
     async with inspector(tmp_path) as web, chromium() as browser:
         runs, md = web.server.runs, bearer(ALICE)
@@ -222,6 +259,14 @@ async def test_an_open_session_page_shows_new_runs_steers_and_queues_live(tmp_pa
         await page.reload()  # the same chat, rendered by the server
         await _check_the_chat(page, second.run_id, third.run_id)
         await screenshot(page, "session-live-rendered")
+
+        await page.goto(f"{web.base}/runs/{second.run_id}")  # the runs' timelines say it too
+        added = page.locator("li.item[data-name=user_message_added]")
+        await expect(added).to_contain_text("+ user: and in French, please")
+        await page.goto(f"{web.base}/runs/{third.run_id}")
+        began = page.locator("li.item[data-name=run_started]")
+        await expect(began.locator(".title")).to_have_text("run started (waited for a run)")
+        await expect(began.locator(f"a[href='/runs/{second.run_id}']")).to_have_count(1)
 
 
 async def _check_the_chat(page: Any, second: str, third: str) -> None:

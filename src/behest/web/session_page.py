@@ -1,10 +1,12 @@
 """A session's page: its transcript as a chat, one turn per run (web/chat.py), beside its
-runs; on its last page, followed live (web/session_live.py) from a cursor read with it.
+runs and its forks; on its last page, followed live (web/session_live.py) from a cursor read
+with it.
 
-The cursor is the last event of the run that wrote the session's last message — the run
-started last, since a run writes its input in its first step and runs do not interleave —
-read before the messages the page shows. So whatever the page misses comes over the stream,
-and what it shows that the stream brings again (the same message id) is dropped by the page.
+The cursor is the last event of the run that wrote the session's last message of its own (a
+fork's history begins with its parent's) — the run started last, since a run writes its input
+in its first step and runs do not interleave — read before the messages the page shows. So
+whatever the page misses comes over the stream, and what it shows that the stream brings again
+(the same message id) is dropped by the page.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from behest.web.pages import number
 from behest.web.rendering import Renderer
 
 MESSAGES_PAGE = 100
+FORKS_SHOWN = 50
 
 
 class SessionPage:
@@ -40,12 +43,15 @@ class SessionPage:
         messages, more = await self._messages(caller, session_id, start)
         live: str | None = None
         if not more and (messages or start == 0):  # the last page: it follows the session
-            live = await self._cursor(caller, messages)
+            live = await self._cursor(caller, session_id, messages)
             # Read again: what came before the cursor is shown (or brought again, dropped).
             messages, more = await self._messages(caller, session_id, start)
             live = None if more else live
         runs = await self._runs.list_runs(
             caller, RunFilter(session_id=session_id, limit=listing.PAGE)
+        )
+        forks = await self._runs.list_sessions(
+            caller, limit=FORKS_SHOWN + 1, offset=0, forks_of=session_id
         )
         return self._render.page(
             request,
@@ -55,6 +61,8 @@ class SessionPage:
             turns=await self._turns(caller, messages, runs, start),
             next_from=messages[-1].position + 1 if more else None,
             runs=runs,
+            forks=forks[:FORKS_SHOWN],
+            more_forks=len(forks) > FORKS_SHOWN,
             live=live,
         )
 
@@ -65,11 +73,13 @@ class SessionPage:
             caller, session_id, from_position=start, limit=MESSAGES_PAGE
         )
 
-    async def _cursor(self, caller: Caller, messages: list[Message]) -> str:
-        """`RUN_ID:SEQUENCE`, the session's last event now ("": before its first)."""
-        if not messages:
+    async def _cursor(self, caller: Caller, session_id: str, messages: list[Message]) -> str:
+        """`RUN_ID:SEQUENCE`, the session's last event now ("": before its first). A fork's
+        history begins with messages it shares with its parent: their runs are not its own."""
+        own = [m for m in messages if m.session_id == session_id]
+        if not own:
             return ""
-        run_id = messages[-1].run_id
+        run_id = own[-1].run_id
         return f"{run_id}:{await self._runs.last_sequence(caller, run_id)}"
 
     async def _turns(
