@@ -293,3 +293,38 @@ async def _check_the_chat(page: Any, second: str, third: str) -> None:
     await expect(last.locator(".msg.role-assistant")).to_contain_text(f"the third answer {PLANT}")
     assert await page.evaluate("window.__pwned") is None  # shown as text, never run
     assert await page.locator("#turns script, #turns img").count() == 0
+
+
+async def test_a_run_that_rolls_back_the_streaming_one_says_so_live(tmp_path: Path) -> None:
+    async with inspector(tmp_path, coalesce_text_deltas=False) as web, chromium() as browser:
+        runs, md = web.server.runs, bearer(ALICE)
+        first = await finished_run(web, "the first answer")
+        session_id = await session_of(web, first[0].split(":")[0])
+        page = await signed_in(browser, web.base, ALICE)
+        await page.goto(f"{web.base}/sessions/{session_id}")
+        await expect(page.locator("#live-state")).to_have_text("live")
+        slow = create_request(
+            script({"deltas": 500, "delay_ms": 20}), model="script", session_id=session_id
+        )
+        busy = await runs.CreateRun(slow, metadata=md)
+        turn = page.locator(f"section.turn[data-run='{busy.run_id}']")
+        await expect(turn.locator("article.streaming pre.delta")).to_contain_text("w3 ")
+
+        again = create_request(
+            script({"text": "a new answer"}),
+            model="script",
+            session_id=session_id,
+            on_busy=pb.BUSY_POLICY_ROLLBACK,
+        )
+        new = await runs.CreateRun(again, metadata=md)
+        last = page.locator(f"section.turn[data-run='{new.run_id}']")
+        await expect(last.locator(".msg.role-assistant")).to_contain_text("a new answer")
+        note = last.locator(".note-rolled_back")
+        await expect(note).to_contain_text(f"cancelled and rolled back run {busy.run_id[:8]}")
+        await expect(turn).to_have_class("turn rolled-back")
+        await expect(turn.locator(".turn-head .status")).to_have_text("CANCELLED")
+        await expect(turn.locator("article.unfinished")).to_contain_text("unfinished")  # cut off
+        await screenshot(page, "session-rolled-back")
+        await page.reload()  # its messages left the history: the page shows no turn of it
+        await expect(page.locator("#turns section.turn")).to_have_count(2)
+        await expect(page.locator(".note-rolled_back")).to_have_count(1)

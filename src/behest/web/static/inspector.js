@@ -236,7 +236,10 @@
       addMessage(turns, turn, item.message);
     } else if (item.shows === "line" || item.shows === "end") {
       const bubble = item.shows === "end" ? turn.querySelector("article.streaming") : null;
-      if (bubble) bubble.classList.replace("streaming", "unfinished");
+      if (bubble) {
+        bubble.classList.replace("streaming", "unfinished");
+        bubble.querySelector("header").textContent = "assistant (unfinished: the run ended first)";
+      }
       turn.append(el("p", "line" + (item.error ? " error" : ""), item.line));
     }
   }
