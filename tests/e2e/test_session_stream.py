@@ -238,3 +238,20 @@ async def test_the_python_client_and_the_cli_follow_a_session(server: Server) ->
     completed = "✓ completed (stop, 1 iteration)"
     assert printed.out.split("\n")[:4] == ["one", completed, "two", completed]
     assert f"run {second.run_id}  session {session_id}" in printed.err
+
+
+async def test_a_cursor_of_a_run_not_started_yet_is_refused(served: Server) -> None:
+    busy = await served.runs.CreateRun(
+        create_request(script({"deltas": 2000, "delay_ms": 10}), model="script")
+    )
+    later = create_request("later", session_id=busy.session_id)
+    later.on_busy = pb.BUSY_POLICY_ENQUEUE
+    queued = await served.runs.CreateRun(later)
+    stream = watch(served.channel, busy.session_id, after=(queued.run_id, 0))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        async with asyncio.timeout(10):
+            await stream.read()
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "has not started" in (refused.value.details() or "")
+    await served.runs.CancelRun(pb.CancelRunRequest(run_id=queued.run_id))
+    await served.runs.CancelRun(pb.CancelRunRequest(run_id=busy.run_id))

@@ -37,8 +37,8 @@ async def follow_session(
         notifier = event_log.notifier
         tickets = [notifier.ticket(session_key(session_id)), notifier.ticket(NEW_RUNS)]
         runs = await store.session_runs(session_id)
-        if current and current not in runs:
-            runs.insert(0, current)  # created, its first step not stored yet
+        if current and current not in runs:  # queued, not started: it has no events yet
+            raise InvalidArgument(f"after_run_id {current} has not started; it has no events")
         start = runs.index(current) if current else 0
         for run_id in runs[start:]:
             if run_id in ended:
