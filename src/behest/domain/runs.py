@@ -233,8 +233,8 @@ class Run:
     # now after handoffs ("": its own).
     agent: RunAgent | None = None
     current_agent: str = ""
-    # Enqueued on its busy session (BusyPolicy.ENQUEUE): the run it waits for ("": it was
-    # not), and whether it still waits for its turn.
+    # Enqueued on its busy session (BusyPolicy.ENQUEUE): the run it waited for ("": it was
+    # not), and whether it was (in its turn it becomes its session's active run).
     queued_after: str = ""
     queued: bool = False
 

@@ -1,7 +1,7 @@
 """Runs queued on a busy session (BusyPolicy.ENQUEUE) taken up in their turn.
 
 The store makes the first queued run of a session its active run in the step that ends the
-run before it (store/sql/writes.py promote_queued): nobody's, PENDING, which any node's
+run before it (store/sql/writes.py _END_SESSIONS_RUNS): nobody's, PENDING, which any node's
 adoption takes up within a round (runs/leases.py), also after a restart. This process also
 takes it up at once when the run before it ended here and its session had runs queued
 through this process (the usual case: one server, or the caller's replica): `after_end`.

@@ -38,12 +38,18 @@ _STILL_WAITS = (
     .exists()
 )
 # Unfinished runs but the WAITING_FOR_INPUT ones that still wait, oldest first.
+_ITS_TURN = (
+    sa.select(t.sessions.c.id)
+    .where(t.sessions.c.id == t.runs.c.session_id, t.sessions.c.active_run_id == t.runs.c.id)
+    .exists()
+)
 RESUMABLE_RUNS = (
     sa.select(t.runs)
     .where(
         t.runs.c.status.not_in(TERMINAL),
         sa.or_(t.runs.c.status != int(RunStatus.WAITING_FOR_INPUT), ~_STILL_WAITS),
-        t.runs.c.queued_at.is_(None),  # queued on a busy session: not its turn yet
+        # Queued on a busy session: not before its turn (its session's active run).
+        sa.or_(t.runs.c.queued_at.is_(None), _ITS_TURN),
     )
     .order_by(t.runs.c.created_at, t.runs.c.id)
 )

@@ -86,10 +86,25 @@ _SET_AGENTS = (
     .where(t.runs.c.id == sa.bindparam("b_id"), *(t.runs.c.status != s for s in TERMINAL))
     .values(current_agent=sa.bindparam("b_agent"))
 )
+_QUEUED = t.runs.alias("queued")
+# A session its run's end frees: its first run queued (BusyPolicy.ENQUEUE) becomes its active
+# run, nobody's and PENDING, which any node then takes up (adoption); else none is.
+_FIRST_IN_LINE = (
+    sa.select(_QUEUED.c.id)
+    .where(
+        _QUEUED.c.session_id == t.sessions.c.id,
+        _QUEUED.c.queued_at.is_not(None),
+        _QUEUED.c.status == int(RunStatus.PENDING),
+    )
+    .order_by(_QUEUED.c.queued_at, _QUEUED.c.id)
+    .limit(1)
+    .correlate(t.sessions)
+    .scalar_subquery()
+)
 _END_SESSIONS_RUNS = (
     sa.update(t.sessions)
     .where(t.sessions.c.active_run_id.in_(sa.bindparam("b_ended", expanding=True)))
-    .values(active_run_id=None, updated_at=sa.bindparam("b_now"))
+    .values(active_run_id=_FIRST_IN_LINE, updated_at=sa.bindparam("b_now"))
 )
 _INSERT_PENDING_CALLS = sa.insert(t.pending_calls)
 _INSERT_TASKS = sa.insert(tt.worker_tasks)
@@ -251,7 +266,6 @@ def update_runs(conn: Connection, updates: list[UpdateRun]) -> None:
     ended = [u.run_id for u in updates if u.status.is_terminal]
     if ended:
         conn.execute(_END_SESSIONS_RUNS, {"b_ended": ended, "b_now": now})
-        promote_queued(conn, ended, now)
 
 
 def _update_params(update: UpdateRun, now: datetime) -> dict[str, Any]:
@@ -314,37 +328,3 @@ def upsert(dialect_name: str, table: sa.Table, key: str) -> Any:
     insert = (postgresql if dialect_name == "postgresql" else sqlite).insert(table)
     changed = {c.name: insert.excluded[c.name] for c in table.c if c.name != key}
     return insert.on_conflict_do_update(index_elements=[key], set_=changed)
-
-
-_QUEUED = t.runs.alias("queued")
-_FIRST_IN_LINE = (
-    sa.select(_QUEUED.c.id, _QUEUED.c.session_id)
-    .where(
-        _QUEUED.c.session_id.in_(
-            sa.select(t.runs.c.session_id).where(
-                t.runs.c.id.in_(sa.bindparam("b_ended", expanding=True))
-            )
-        ),
-        _QUEUED.c.queued_at.is_not(None),
-        _QUEUED.c.status == int(RunStatus.PENDING),
-    )
-    .order_by(_QUEUED.c.session_id, _QUEUED.c.queued_at, _QUEUED.c.id)
-)
-_TAKE_TURN = (
-    sa.update(t.sessions)
-    .where(t.sessions.c.id == sa.bindparam("b_session"), t.sessions.c.active_run_id.is_(None))
-    .values(active_run_id=sa.bindparam("b_run"), updated_at=sa.bindparam("b_now"))
-)
-_DEQUEUE = sa.update(t.runs).where(t.runs.c.id == sa.bindparam("b_run")).values(queued_at=None)
-
-
-def promote_queued(conn: Connection, ended: list[str], now: datetime) -> None:
-    """The sessions these runs freed: the first run queued on each (BusyPolicy.ENQUEUE)
-    becomes its active run, nobody's and PENDING, which any node then takes up (adoption)."""
-    first: dict[str, str] = {}
-    for row in conn.execute(_FIRST_IN_LINE, {"b_ended": ended}):
-        first.setdefault(row.session_id, row.id)
-    for session_id, run_id in first.items():
-        taken = conn.execute(_TAKE_TURN, {"b_session": session_id, "b_run": run_id, "b_now": now})
-        if taken.rowcount == 1:
-            conn.execute(_DEQUEUE, {"b_run": run_id})
