@@ -1,13 +1,14 @@
 """Steers in the store (store/sql/steers.py), on both backends: a message added to an active
-run until the run closes its steering; closing waits for the steers that came first (the
-run takes them), and a steer after it is refused (it then starts a queued run instead)."""
+run until the run closes its steering (a write of its ending step); the steers that came
+first stay for the run to take, and a steer after it is refused (it then starts a queued run
+instead)."""
 
 from __future__ import annotations
 
 from behest.domain.runs import RunStatus
 from behest.domain.spend import TokenUsage
 from behest.store.sql.store import SqlStore
-from behest.store.writes import TakeSteers, UpdateRun
+from behest.store.writes import CloseSteering, TakeSteers, UpdateRun
 from tests.store.helpers import at, create
 
 
@@ -17,11 +18,11 @@ async def test_steers_are_added_until_the_run_closes_its_steering(store: SqlStor
     second = await store.add_steer(run.id, "two", now=at(1))
     assert first is not None and second is not None
     assert [s.text for s in await store.pending_steers(run.id)] == ["one", "two"]
-    assert not await store.close_steers(run.id)  # two wait: the run takes them first
-    await store.apply([TakeSteers((first.id, second.id))])
-    assert await store.pending_steers(run.id) == []
-    assert await store.close_steers(run.id)
+    await store.apply([CloseSteering(run.id)])
     assert await store.add_steer(run.id, "too late", now=at(2)) is None
+    # The two that came first wait for the run's last look, which takes them.
+    assert [s.text for s in await store.pending_steers(run.id)] == ["one", "two"]
+    await store.apply([TakeSteers((first.id, second.id))])
     assert await store.pending_steers(run.id) == []
 
 

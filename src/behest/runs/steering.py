@@ -2,10 +2,10 @@
 a user message of the session with a UserMessageAdded event, in one step with their being
 taken (TakeSteers), so a restart neither loses nor repeats one.
 
-Before the run ends it closes its steering (store.close_steers); a steer that came first is
-taken and the run goes on with another model call, one that comes after is refused by the
-store and starts a run queued after this one instead (runs/double_texting.py): no message
-sent to a session is lost.
+Before the run ends it closes its steering (CloseSteering, a step of the event log like any
+other), then looks once more: a steer that came first is taken and the run goes on with
+another model call; one that comes after is refused by the store and starts a run queued
+after this one instead (runs/double_texting.py): no message sent to a session is lost.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from behest.domain.runs import Run
 from behest.events.run_log import RunLog
 from behest.runs.progress import RunProgress
 from behest.store.base import Store
-from behest.store.writes import AppendMessage, TakeSteers
+from behest.store.writes import AppendMessage, CloseSteering, TakeSteers
 
 
 class Steering:
@@ -43,8 +43,8 @@ class Steering:
         return True
 
     async def last_look(self) -> bool:
-        """Before the run ends: close its steering, or take the steers that came first (True:
-        the run goes on, for the model to answer them)."""
-        if await self._store.close_steers(self._run.id):
-            return False
+        """Before the run ends: close its steering, then take the steers that came first
+        (True: the run goes on, for the model to answer them)."""
+        closed = await self._log.emit(state=[CloseSteering(self._run.id)])
+        await closed  # durable: from now on a steer is refused, so none is left behind
         return await self.take()

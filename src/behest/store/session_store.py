@@ -31,10 +31,6 @@ class SessionStore(Protocol):
         """The run's steers not taken yet, oldest first."""
         ...
 
-    async def close_steers(self, run_id: str) -> bool:
-        """Close the run's steering (it takes no more) unless steers wait (False)."""
-        ...
-
     async def fork_session(
         self,
         *,

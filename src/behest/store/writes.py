@@ -65,6 +65,13 @@ class TakeSteers:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseSteering:
+    """The run is ending: it takes no more steers (a steer stored from now on is refused)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class PutSnapshot:
     snapshot: Snapshot
 
@@ -160,6 +167,7 @@ Write = (
     | SetRunOutput
     | SetRunAgent
     | TakeSteers
+    | CloseSteering
     | PutSnapshot
     | DeleteSnapshot
     | ClearToolResults

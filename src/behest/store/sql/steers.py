@@ -1,6 +1,7 @@
 """Steers in SQL (domain/runs.py Steer; on_busy STEER): a message added to an active run
-unless the run has closed steering — both lock the run's row first, so a steer lands either
-before the run's last look (which then takes it) or is refused (and becomes a queued run)."""
+unless the run has closed steering (CloseSteering, a write of its ending step) — both take
+the run's row lock, so a steer lands either before the close (the run's last look, after it,
+takes it) or is refused (and becomes a queued run)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ _PENDING = (
     sa.select(steers)
     .where(_s.run_id == sa.bindparam("b_run"), _s.taken == sa.false())
     .order_by(_s.created_at, _s.id)
+)
+# A write of the run's ending step (CloseSteering), under the run row's lock as `add` takes it.
+CLOSE_STEERING = (
+    sa.update(t.runs).where(t.runs.c.id == sa.bindparam("b_id")).values(steers_closed=True)
 )
 TAKE_STEERS = (
     sa.update(steers).where(_s.id.in_(sa.bindparam("b_ids", expanding=True))).values(taken=True)
@@ -56,15 +61,6 @@ def add(conn: Connection, run_id: str, text: str, now: datetime, key: Key | None
     return steer
 
 
-def close(conn: Connection, run_id: str) -> bool:
-    """Close steering unless steers wait to be taken (False: take them first)."""
-    _lock_run(conn, run_id)
-    if conn.execute(_PENDING, {"b_run": run_id}).first() is not None:
-        return False
-    conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(steers_closed=True))
-    return True
-
-
 class SteersInSql:
     """The Store's steer methods, for SqlStore (which has `engines`)."""
 
@@ -84,6 +80,3 @@ class SteersInSql:
                 Steer(id=row.id, run_id=row.run_id, text=row.text, created_at=utc(row.created_at))
                 for row in result
             ]
-
-    async def close_steers(self, run_id: str) -> bool:
-        return await self.engines.writer.write_small(close, run_id)

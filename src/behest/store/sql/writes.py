@@ -20,11 +20,12 @@ from behest.domain.waits import WaitKind
 from behest.store.sql import channel_payloads, executions, rows, workers
 from behest.store.sql import tables as t
 from behest.store.sql import tool_tables as tt
-from behest.store.sql.steers import TAKE_STEERS
+from behest.store.sql.steers import CLOSE_STEERING, TAKE_STEERS
 from behest.store.writes import (
     AppendEvent,
     AppendMessage,
     ClearToolResults,
+    CloseSteering,
     DeleteSnapshot,
     EnqueueTask,
     ExpireCalls,
@@ -146,6 +147,7 @@ class _Rows:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     agents: list[dict[str, Any]] = field(default_factory=list)  # handoffs
     steers: list[str] = field(default_factory=list)  # taken
+    closing: list[dict[str, Any]] = field(default_factory=list)  # steering closed
     records: list[RecordExecution] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)
 
@@ -172,6 +174,8 @@ def _sorted(writes: list[Write]) -> _Rows:
                 rows_of.agents.append({"b_id": run_id, "b_agent": agent})
             case TakeSteers(ids):
                 rows_of.steers.extend(ids)
+            case CloseSteering(run_id):
+                rows_of.closing.append({"b_id": run_id})
             case PutSnapshot(saved):
                 rows_of.snapshots[saved.run_id] = saved
             case DeleteSnapshot(run_id):
@@ -210,6 +214,7 @@ def apply_writes(conn: Connection, writes: list[Write]) -> None:
     _execute(conn, _SET_AGENTS, r.agents)
     if r.steers:
         conn.execute(TAKE_STEERS, {"b_ids": r.steers})
+    _execute(conn, CLOSE_STEERING, r.closing)
     update_runs(conn, list(r.run_updates.values()))
     _execute(conn, _RELEASE_RUNS, r.releases)
     # After the runs: submit_answers locks a run, then its calls; the same order cannot deadlock.
