@@ -33,12 +33,10 @@ from behest.client._options import RunOptions
 from behest.client._session_calls import SessionCalls
 from behest.client._types import (
     CreatedRun,
-    Message,
     Output,
     PendingCall,
     Provider,
     Run,
-    Session,
     Tool,
     Usage,
 )
@@ -241,41 +239,6 @@ class BehestClient(ToolExecutions, AgentCalls, SessionCalls):
         return [_wire.pending_of(p) for p in response.calls]
 
     # --- sessions, tools, providers, usage ------------------------------------------------
-
-    async def list_sessions(
-        self, *, limit: int = 0, offset: int = 0, forks_of: str = ""
-    ) -> list[Session]:
-        """The tenant's sessions (or the forks of one), newest first."""
-        pagination = _wire.Pagination(limit=limit, offset=offset)
-        request = _wire.session.ListSessionsRequest(pagination=pagination, forks_of=forks_of)
-        response = await self._unary(self._s.sessions.ListSessions, request)
-        return [_wire.session_of(s) for s in response.sessions]
-
-    async def get_session(self, session_id: str) -> Session:
-        """One session."""
-        request = _wire.session.GetSessionRequest(session_id=session_id)
-        return _wire.session_of((await self._unary(self._s.sessions.GetSession, request)).session)
-
-    async def session_messages(
-        self, session_id: str, from_position: int = 0, *, page: int = 0
-    ) -> AsyncIterator[Message]:
-        """The session's transcript from a position, page by page (`page` messages a call)."""
-        more = True
-        while more:
-            request = _wire.session.ListSessionMessagesRequest(
-                session_id=session_id, from_position=from_position, limit=page
-            )
-            response = await self._unary(self._s.sessions.ListSessionMessages, request)
-            for message in response.messages:
-                yield _wire.message_of(message)
-            from_position, more = response.next_position, response.more
-
-    async def delete_session(self, session_id: str) -> int:
-        """Erase a session and everything of its runs; how many runs went with it (not
-        retried: a repeat would be NotFound)."""
-        request = _wire.session.DeleteSessionRequest(session_id=session_id)
-        response = await self._unary(self._s.sessions.DeleteSession, request, retry=False)
-        return int(response.runs_deleted)
 
     async def list_tools(self) -> list[Tool]:
         """The tools runs may use, by name."""

@@ -1,4 +1,4 @@
-"""BehestClient's calls of sessions as conversations.
+"""BehestClient's calls of sessions: listed, read, erased, and as conversations.
 
 `watch_session` (WatchSessionEvents): every event of its runs, the runs started later
 included; it does not end by itself. After a break (UNAVAILABLE: a restart, a failover) it
@@ -19,7 +19,7 @@ from behest.client import _wire
 from behest.client._channel import Backoff
 from behest.client._errors import Unavailable, error_of
 from behest.client._events import Event
-from behest.client._types import Session
+from behest.client._types import Message, Session
 
 
 class SessionCalls:
@@ -37,6 +37,41 @@ class SessionCalls:
     @property
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
         raise NotImplementedError
+
+    async def list_sessions(
+        self, *, limit: int = 0, offset: int = 0, forks_of: str = ""
+    ) -> list[Session]:
+        """The tenant's sessions (or the forks of one), newest first."""
+        pagination = _wire.Pagination(limit=limit, offset=offset)
+        request = _wire.session.ListSessionsRequest(pagination=pagination, forks_of=forks_of)
+        response = await self._unary(self._s.sessions.ListSessions, request)
+        return [_wire.session_of(s) for s in response.sessions]
+
+    async def get_session(self, session_id: str) -> Session:
+        """One session."""
+        request = _wire.session.GetSessionRequest(session_id=session_id)
+        return _wire.session_of((await self._unary(self._s.sessions.GetSession, request)).session)
+
+    async def session_messages(
+        self, session_id: str, from_position: int = 0, *, page: int = 0
+    ) -> AsyncIterator[Message]:
+        """The session's transcript from a position, page by page (`page` messages a call)."""
+        more = True
+        while more:
+            request = _wire.session.ListSessionMessagesRequest(
+                session_id=session_id, from_position=from_position, limit=page
+            )
+            response = await self._unary(self._s.sessions.ListSessionMessages, request)
+            for message in response.messages:
+                yield _wire.message_of(message)
+            from_position, more = response.next_position, response.more
+
+    async def delete_session(self, session_id: str) -> int:
+        """Erase a session and everything of its runs; how many runs went with it (not
+        retried: a repeat would be NotFound)."""
+        request = _wire.session.DeleteSessionRequest(session_id=session_id)
+        response = await self._unary(self._s.sessions.DeleteSession, request, retry=False)
+        return int(response.runs_deleted)
 
     async def fork_session(
         self, session_id: str, *, through_position: int | None = None, after_run_id: str = ""

@@ -20,7 +20,7 @@ from behest.domain.events import Event, RunStarted
 from behest.domain.runs import CreatedRun
 from behest.errors import Fenced, StorageFault, StorageLocked
 from behest.events.health import WriteHealth
-from behest.events.notify import Notifier
+from behest.events.notify import NEW_RUNS, Notifier, session_key
 from behest.events.run_log import RunLog
 from behest.events.tail import RecentEvents
 from behest.observability.metrics import Metrics
@@ -33,14 +33,6 @@ log = logging.getLogger(__name__)
 # Readers ask the store after this long without a wake-up: commits by another process (a
 # replica, or this one before a restart) are seen so while no channel tells of them…
 POLL_S = 1.0
-# Wake-ups of session readers (runs/session_stream.py): a run of the session started here;
-# a run started on another replica (whose session a notification does not say).
-NEW_RUNS = "runs:started"
-
-
-def session_key(session_id: str) -> str:
-    return f"session:{session_id}"
-
 
 # …and this seldom while the replicas' channel is up (a safety net only).
 QUIET_POLL_S = 30.0
@@ -320,7 +312,7 @@ class EventLog:
         for run_id, sequence in last.items():
             self.recent.behind(run_id, sequence)
             self.notifier.notify(run_id)
-            if sequence == 1:
+            if sequence == 1:  # a log begins: its session is not told
                 self.notifier.notify(NEW_RUNS)
 
     def remote_state(self, up: bool) -> None:
@@ -333,11 +325,10 @@ class EventLog:
         self._published += len(events)
         for event in events:
             self.recent.add(event)
+            if event.sequence == 1 and isinstance(event.payload, RunStarted):
+                self.notifier.notify(session_key(event.payload.session_id))
         for run_id in {e.run_id for e in events}:
             self.notifier.notify(run_id)
-        for event in events:
-            if isinstance(event.payload, RunStarted):  # the session's readers look again
-                self.notifier.notify(session_key(event.payload.session_id))
 
 
 class CommitUncertain(Exception):

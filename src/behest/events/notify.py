@@ -6,6 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+# Wake-ups of session readers (runs/session_stream.py), beside those of runs: a run of the
+# session started here; a run started on another replica (whose session its notification
+# does not say).
+NEW_RUNS = "runs:started"
+
+
+def session_key(session_id: str) -> str:
+    return f"session:{session_id}"
+
 
 class Notifier:
     """One-shot wake-ups per run: take a ticket, then wait on it; `notify` fires all tickets."""

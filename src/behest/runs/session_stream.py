@@ -7,7 +7,7 @@ order is each run's log in sequence, the runs in the order they started (by thei
 message's position: store.session_runs; no replica's clock plays a part). Each run is read
 with runs/stream.py `follow`, gapless across restarts and replicas; between runs the reader
 waits for a new run of the session: told by this process's commits (a RunStarted of the
-session) and by other replicas' (a log that begins: EventLog.NEW_RUNS), else it looks again
+session) and by other replicas' (a log that begins: events/notify.py NEW_RUNS), else it looks again
 after the event log's quiet spell.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 
 from behest.domain.events import Event
 from behest.errors import InvalidArgument, NotFound
-from behest.events.log import NEW_RUNS, EventLog, session_key
-from behest.events.notify import Notifier
+from behest.events.log import EventLog
+from behest.events.notify import NEW_RUNS, Notifier, session_key
 from behest.runs.stream import follow
 from behest.store.base import Store
 

@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from behest.domain.messages import Message
 from behest.domain.sessions import Session
-from behest.store.sql import forks, rows
+from behest.store.sql import forks, reads, rows
 from behest.store.sql import tables as t
 from behest.store.sql.engine import Engines
 
@@ -118,6 +118,32 @@ class SessionsInSql:
     @property
     def engines(self) -> Engines:
         raise NotImplementedError
+
+    async def session_messages(self, session_id: str) -> list[Message]:
+        """The session's history, with its content parts' bytes: what a model is sent."""
+        async with self.engines.reader.connect() as conn:
+            segments = await conn.run_sync(forks.lineage, session_id)
+        return await reads.read_messages(self.engines.reader, forks.history(segments))
+
+    async def list_sessions(
+        self, *, tenant: str, limit: int, offset: int, forks_of: str = ""
+    ) -> list[Session]:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(
+                list_sessions, tenant=tenant, limit=limit, offset=offset, forks_of=forks_of
+            )
+
+    async def get_session(self, session_id: str) -> Session | None:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(get_session, session_id)
+
+    async def session_messages_page(
+        self, session_id: str, *, from_position: int, limit: int
+    ) -> list[Message]:
+        async with self.engines.reader.connect() as conn:
+            return await conn.run_sync(
+                messages_page, session_id, from_position=from_position, limit=limit
+            )
 
     async def session_runs(self, session_id: str) -> list[str]:
         async with self.engines.reader.connect() as conn:

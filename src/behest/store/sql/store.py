@@ -14,7 +14,6 @@ from behest.domain.events import Event
 from behest.domain.executions import ToolExecution
 from behest.domain.messages import Message
 from behest.domain.runs import Cancel, Run, RunFilter
-from behest.domain.sessions import Session
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
 from behest.domain.waits import Answer, Decision, PendingCall, Submitted, WaitKind
@@ -24,13 +23,11 @@ from behest.store.sql import (
     batch,
     compaction,
     erasure,
-    forks,
     leases,
     migrate,
     reads,
     rows,
     run_rows,
-    sessions,
     spend,
     stalled,
     waits,
@@ -288,35 +285,8 @@ class SqlStore(
     async def last_sequence(self, run_id: str) -> int:
         return await reads.last_sequence(self.engines.reader, run_id)
 
-    async def session_messages(self, session_id: str) -> list[Message]:
-        async with self.engines.reader.connect() as conn:
-            segments = await conn.run_sync(forks.lineage, session_id)
-        return await reads.read_messages(self.engines.reader, forks.history(segments))
-
     async def run_messages(self, run_id: str) -> list[Message]:
         return await reads.read_messages(self.engines.reader, t.messages.c.run_id == run_id)
-
-    # --- sessions (store/sql/sessions.py) ---------------------------------------------
-
-    async def list_sessions(
-        self, *, tenant: str, limit: int, offset: int, forks_of: str = ""
-    ) -> list[Session]:
-        async with self.engines.reader.connect() as conn:
-            return await conn.run_sync(
-                sessions.list_sessions, tenant=tenant, limit=limit, offset=offset, forks_of=forks_of
-            )
-
-    async def get_session(self, session_id: str) -> Session | None:
-        async with self.engines.reader.connect() as conn:
-            return await conn.run_sync(sessions.get_session, session_id)
-
-    async def session_messages_page(
-        self, session_id: str, *, from_position: int, limit: int
-    ) -> list[Message]:
-        async with self.engines.reader.connect() as conn:
-            return await conn.run_sync(
-                sessions.messages_page, session_id, from_position=from_position, limit=limit
-            )
 
     async def list_snapshots(self, *, tenant: str) -> list[Snapshot]:
         return await reads.list_snapshots(self.engines.reader, tenant=tenant)
