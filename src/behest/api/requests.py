@@ -15,13 +15,13 @@ from behest import bounded_json
 from behest._proto.agent.v1 import common_pb2 as pb_common
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api.content import DEFAULT_LIMITS, ContentLimits, content_parts
-from behest.api.fields import bounded, uuid_field
+from behest.api.fields import bounded
+from behest.api.session_requests import session_fields
 from behest.domain.content import ContentPart
 from behest.domain.output import DEFAULT_NAME, ResponseFormat, remote_refs
 from behest.domain.runs import (
     EFFORTS,
     MIN_THINKING_BUDGET,
-    BusyPolicy,
     Reasoning,
     RunRequest,
     ToolChoice,
@@ -115,10 +115,7 @@ def run_request(
     reasoning = None
     if request.HasField("reasoning"):
         reasoning = run_reasoning(request.reasoning, offer.max_output_tokens(provider, model))
-    session_id = uuid_field(request.session_id, "session_id") if request.session_id else None
-    if request.start_session and session_id is None:
-        raise InvalidArgument("start_session needs session_id: the UUID of the session to start")
-    on_busy = busy_policy(request.on_busy, content)
+    session_id, on_busy = session_fields(request, content)
     return RunRequest(
         session_id=session_id,
         provider=provider,
@@ -139,20 +136,6 @@ def run_request(
         start_session=request.start_session,
         on_busy=on_busy,
     )
-
-
-def busy_policy(value: int, content: Sequence[ContentPart]) -> BusyPolicy:
-    """CreateRunRequest.on_busy: a known policy; one whose message waits takes no parts."""
-    try:
-        on_busy = BusyPolicy(value)
-    except ValueError:
-        raise InvalidArgument(f"on_busy {value} is not a BusyPolicy value") from None
-    if on_busy in (BusyPolicy.ENQUEUE, BusyPolicy.STEER) and content:
-        raise InvalidArgument(
-            f"on_busy {on_busy.name} takes no content parts (a message that waits keeps its "
-            "input text only); send them once the session is idle"
-        )
-    return on_busy
 
 
 def _check_fields(request: pb.CreateRunRequest, limits: RequestLimits) -> None:
