@@ -6,7 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from behest.domain.content import ContentPart
-from behest.domain.executions import Verdict
+from behest.domain.execution_events import (
+    ToolExecutionReconciled,
+    ToolOutcomeUnknown,
+    ToolRetryScheduled,
+)
 from behest.domain.messages import ToolCall
 from behest.domain.runs import BusyPolicy, FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
@@ -212,41 +216,6 @@ class OutputRejected:
 
     error: str
     repairing: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOutcomeUnknown:
-    """behest stopped while a tool that is not idempotent ran: the run waits until the
-    execution is reconciled, or fails at `expires_at`."""
-
-    execution_id: str
-    call_id: str
-    tool_name: str
-    attempt: int
-    expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class ToolExecutionReconciled:
-    """How an execution whose outcome was unknown was reconciled, and by whom."""
-
-    execution_id: str
-    call_id: str
-    tool_name: str
-    verdict: Verdict
-    reconciled_by: str
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolRetryScheduled:
-    """A tool call runs again as its next attempt; the model sees only the last result."""
-
-    call_id: str
-    tool_name: str
-    execution_id: str
-    next_attempt: int
-    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,10 @@ from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, Run, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import FailureCode, TenantSpend, TokenUsage
-from behest.errors import ContextOverflowError, RunStopped, TransientProviderError
+from behest.errors import RunStopped
 from behest.events.run_log import RunLog
-from behest.observability.telemetry import current
 from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
-from behest.providers.retry import reason, with_retries
 from behest.runs import compaction, structured
 from behest.runs.agent_tools import AgentTools, HandedOff
 from behest.runs.budget import Budget
@@ -30,6 +28,7 @@ from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.runs.executions import RunExecutions
 from behest.runs.model_attempts import ModelAttempts
+from behest.runs.model_calls import ModelCalls
 from behest.runs.progress import RunProgress
 from behest.runs.start import run_started, user_message
 from behest.runs.steering import Steering
@@ -95,10 +94,7 @@ class AgentLoop:
         self._log = log
         self._store = store
         self.progress = RunProgress(run, transcript)
-        self._compactor = compactor
-        self._retry = provider_config.retry
         self._prices = provider_config.model_info(run.model).prices
-        self._metrics = current().metrics
         self._max_iterations = run.max_iterations or limits.max_iterations
         self._children = sub_runs if sub_runs is not None and sub_runs.may_start(run) else None
         self._sub_runs = sub_runs if self._children and run.allow_sub_agents else None
@@ -116,7 +112,7 @@ class AgentLoop:
         self._budget = Budget.of_run(
             run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
         )
-        self._attempts = ModelAttempts(
+        attempts = ModelAttempts(
             run=run,
             log=log,
             progress=self.progress,
@@ -127,6 +123,14 @@ class AgentLoop:
             offered=self._offered,
             waits=self._waits,
             coalesce_text=limits.coalesce_text_deltas,
+        )
+        self._model = ModelCalls(
+            attempts=attempts,
+            retry=provider_config.retry,
+            compactor=compactor,
+            progress=self.progress,
+            log=log,
+            budget=self._budget,
         )
 
     def _with_agents(self, tools: ToolRegistry) -> ToolRegistry:
@@ -174,16 +178,12 @@ class AgentLoop:
                 )
             progress.iteration += 1
             await self._steering.take()  # messages sent to the session meanwhile
-            if self._compactor is not None:
-                progress.adopt(
-                    await self._compactor.before_call(progress.transcript, progress.next_position)
-                )
-                await self._count_summaries()
+            await self._model.compact()
             await self._log.emit(
                 ev.ContextBuilt(len(compaction.context(progress.transcript))),
                 state=progress.state(RunStatus.BUILDING_CONTEXT),
             )
-            turn = await self._call_model()
+            turn = await self._model.call()
             await self._persist(turn)
             await self._budget.after_usage()
             if not turn.calls:
@@ -308,40 +308,6 @@ class AgentLoop:
         progress.remember(message)
 
     # --- model calls ------------------------------------------------------------------
-
-    async def _call_model(self) -> Turn:
-        """One model call, retried on transient errors; a context overflow compacts the
-        context and tries once more."""
-        overflowed = False
-        while True:
-            try:
-                return await with_retries(
-                    self._attempts.attempt, self._retry, retried=self._retried
-                )
-            except ContextOverflowError as exc:
-                if overflowed or self._compactor is None:
-                    raise
-                overflowed = True
-                compacted = await self._compactor.after_overflow(
-                    self.progress.transcript, self.progress.next_position
-                )
-                await self._count_summaries()
-                if compacted is None:
-                    raise ContextOverflowError(
-                        exc.provider, f"{reason(exc)}; compacting the context failed"
-                    ) from exc
-                self.progress.adopt(compacted)
-
-    def _retried(self, error: TransientProviderError) -> None:
-        self._metrics.retried(error.provider, type(error).__name__)
-
-    async def _count_summaries(self) -> None:
-        """Compaction's summary calls count like the run's own: usage, cost, budgets."""
-        assert self._compactor is not None
-        for summary in self._compactor.take_spent():
-            self.progress.add(summary.usage, summary.cost)
-            await self._log.emit(ev.UsageRecorded(summary.usage, summary.cost))
-            await self._budget.after_usage()
 
     async def _handed_off(self, calls: list[ToolCall]) -> HandedOff | None:
         """The run goes on under another agent if the turn handed it over."""
