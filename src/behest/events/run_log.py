@@ -13,6 +13,7 @@ from typing import Protocol
 from behest.domain.events import Event, Payload
 from behest.domain.spend import FailureCode
 from behest.errors import Fenced, RunStopped, StorageFault
+from behest.events.notify import Notifier
 from behest.observability.trace_context import current_trace_ids
 from behest.store.base import Store
 from behest.store.writes import AppendEvent, Fence, Write
@@ -51,12 +52,17 @@ class Steps(Protocol):
 
     def mend(self, run_id: str) -> None: ...
 
+    @property
+    def notifier(self) -> Notifier: ...
+
 
 class RunLog:
     """Numbers one run's events and queues them with the state writes of their step."""
 
     def __init__(self, log: Steps, run_id: str, last_sequence: int, generation: int) -> None:
         self._log = log
+        # Wakes whoever waits on the run (runs/asking.py: answers to its tools' questions).
+        self.notifier = log.notifier
         self.run_id = run_id
         self.last_sequence = last_sequence
         self.generation = generation
@@ -108,9 +114,7 @@ class RunLog:
         """What stops the run after a failed step: the lost claim, or the store's fault."""
         if isinstance(self._error, Fenced):
             return self._error
-        return RunStopped(
-            f"a step of the run could not be stored: {self._error}", FailureCode.STORAGE
-        )
+        return step_not_stored(self._error)
 
     async def resync(self, store: Store) -> None:
         """After a failed or interrupted write, continue from where the stored log ends."""
@@ -119,3 +123,8 @@ class RunLog:
         self.failed = False
         self._error = None
         self._log.mend(self.run_id)
+
+
+def step_not_stored(error: BaseException | None) -> RunStopped:
+    """What stops a run when one of its steps was not stored: the store's fault, in words."""
+    return RunStopped(f"a step of the run could not be stored: {error}", FailureCode.STORAGE)

@@ -36,7 +36,7 @@ from behest.errors import (
     TransientProviderError,
 )
 from behest.events.log import EventLog
-from behest.events.run_log import RunLog
+from behest.events.run_log import RunLog, step_not_stored
 from behest.observability.telemetry import Telemetry, tracer
 from behest.observability.trace_context import context_from_traceparent
 from behest.runs.progress import RunProgress
@@ -75,7 +75,10 @@ class Ending:
 
     @staticmethod
     def failed_by(exc: BehestError) -> Ending:
-        """The end of a run that raised one of behest's errors."""
+        """The end of a run that raised one of behest's errors (a store's fault met while
+        awaiting a step itself said as the run's log says it)."""
+        if isinstance(exc, StorageFault):
+            exc = step_not_stored(exc)
         return Ending.failed(str(exc), failure_code(exc))
 
     @staticmethod
