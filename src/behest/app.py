@@ -29,6 +29,7 @@ from behest.errors import FailedPrecondition
 from behest.events.log import EventLog
 from behest.observability import logs, telemetry
 from behest.providers.factory import build_registry
+from behest.runs.asking import AskPolicy
 from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
@@ -186,6 +187,7 @@ class App:
                     client_tool_timeout_s=settings.client_tool_timeout_s,
                     outcome_unknown_timeout_s=settings.outcome_unknown_timeout_s,
                 ),
+                asks=AskPolicy(timeout_s=settings.elicitation_timeout_s),
                 node=self.node.name,
             ),
             compaction_settings=compaction,

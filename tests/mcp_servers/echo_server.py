@@ -15,7 +15,15 @@ import sys
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    ToolAnnotations,
+)
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, Field
 
 server = MCPServer("echo")
 
@@ -60,6 +68,45 @@ def meta(ctx: Context) -> str:
     return json.dumps({k: v for k, v in received.items() if k.startswith("io.behest/")})
 
 
+class Stay(BaseModel):
+    nights: int = Field(ge=1, le=30, description="How many nights")
+    breakfast: bool = Field(default=False, description="With breakfast")
+
+
+def _stay_question(city: str) -> ElicitRequest:
+    schema = Stay.model_json_schema()
+    return ElicitRequest(
+        params=ElicitRequestFormParams(
+            message=f"How many nights in {city}?",
+            requested_schema={
+                "type": "object",
+                "properties": schema["properties"],
+                "required": ["nights"],
+            },
+        )
+    )
+
+
+@server.tool(
+    description="Book a hotel in a city: asks the user how many nights (an elicitation).",
+    annotations=ToolAnnotations(idempotent_hint=True),
+)
+async def book(city: str, ctx: Context) -> str | InputRequiredResult:
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # asked in the result (SEP-2322)
+        responses = ctx.input_responses or {}
+        reply = responses.get("stay")
+        if not isinstance(reply, ElicitResult):
+            return InputRequiredResult(input_requests={"stay": _stay_question(city)})
+        action, content = reply.action, reply.content or {}
+    else:  # asked on the back-channel
+        answer = await ctx.elicit(f"How many nights in {city}?", Stay)
+        action, content = answer.action, answer.data.model_dump() if answer.data else {}
+    if action != "accept":
+        return f"not booked: the user chose {action}"
+    extra = " with breakfast" if content.get("breakfast") else ""
+    return f"booked {content['nights']} night(s) in {city}{extra} (server pid {os.getpid()})"
+
+
 @server.tool(description="Kill this server process at once.")
 def exit_now() -> str:
     os._exit(3)
@@ -71,6 +118,7 @@ async def _serve_http() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     app = server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(f"PORT {sock.getsockname()[1]}", flush=True)

@@ -1,10 +1,11 @@
-"""What SubmitApprovals, SubmitToolResults and CancelRun bring: checked and bounded."""
+"""What SubmitApprovals, SubmitToolResults, SubmitElicitationAnswers and CancelRun bring:
+checked and bounded."""
 
 from __future__ import annotations
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api.fields import bounded
-from behest.domain.waits import Answer, Decision
+from behest.domain.waits import Answer, Decision, ElicitAction
 from behest.errors import InvalidArgument
 
 # Answers of one SubmitApprovals / SubmitToolResults, and their sizes.
@@ -41,6 +42,28 @@ def tool_results(request: pb.SubmitToolResultsRequest) -> list[Answer]:
         _call_id(item.call_id, where)
         bounded(item.output, f"{where}.output", MAX_RESULT_BYTES)
         answers.append(Answer(call_id=item.call_id, text=item.output, is_error=item.is_error))
+    return answers
+
+
+def elicitation_answers(request: pb.SubmitElicitationAnswersRequest) -> list[Answer]:
+    """Validate SubmitElicitationAnswers' answers (their content against the questions'
+    schemas: runs/asking.py check_answers)."""
+    _answer_count(len(request.answers), "answers")
+    answers = []
+    for i, item in enumerate(request.answers):
+        where = f"answers[{i}]"
+        if not item.elicitation_id:
+            raise InvalidArgument(f"{where}.elicitation_id is required")
+        bounded(item.elicitation_id, f"{where}.elicitation_id", MAX_CALL_ID_BYTES)
+        bounded(item.content, f"{where}.content", MAX_RESULT_BYTES)
+        if item.action not in (ElicitAction.ACCEPT, ElicitAction.DECLINE, ElicitAction.CANCEL):
+            raise InvalidArgument(
+                f"{where}.action must be ELICITATION_ACTION_ACCEPT, _DECLINE or _CANCEL"
+            )
+        action = ElicitAction(item.action)
+        if action != ElicitAction.ACCEPT and item.content:
+            raise InvalidArgument(f"{where}.content goes only with ELICITATION_ACTION_ACCEPT")
+        answers.append(Answer(call_id=item.elicitation_id, text=item.content, action=action))
     return answers
 
 

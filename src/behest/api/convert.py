@@ -192,6 +192,19 @@ def pending_call(value: PendingCall) -> pb.PendingCall:
         requested_at=timestamp(value.requested_at),
         expires_at=timestamp(value.expires_at),
         execution_id=value.execution_id,
+        elicitation=None if value.question is None else elicitation(value),
+    )
+
+
+def elicitation(value: PendingCall) -> pb.Elicitation:
+    """A pending question as clients see it (its schema as JSON text)."""
+    assert value.question is not None
+    return pb.Elicitation(
+        elicitation_id=value.call_id,
+        call_id=value.question.call_id,
+        tool_name=value.tool_name,
+        message=value.question.message,
+        requested_schema=json.dumps(value.question.schema, separators=(",", ":")),
     )
 
 

@@ -10,7 +10,12 @@ from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api import convert
 from behest.api.admission import Admission
 from behest.api.agent_requests import agent_run_request
-from behest.api.answers import approval_answers, cancel_reason, tool_results
+from behest.api.answers import (
+    approval_answers,
+    cancel_reason,
+    elicitation_answers,
+    tool_results,
+)
 from behest.api.auth import current_caller
 from behest.api.fields import uuid_field
 from behest.api.queries import events_query, run_query
@@ -102,6 +107,14 @@ class RunServicer:
         answers = tool_results(request)
         submitted = await self._runs.answer(current_caller(), run_id, answers, WaitKind.CLIENT_TOOL)
         return pb.SubmitToolResultsResponse(waiting_call_ids=submitted.waiting_call_ids)
+
+    async def SubmitElicitationAnswers(
+        self, request: pb.SubmitElicitationAnswersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitElicitationAnswersResponse:
+        run_id = uuid_field(request.run_id, "run_id")
+        answers = elicitation_answers(request)
+        submitted = await self._runs.answer(current_caller(), run_id, answers, WaitKind.ELICITATION)
+        return pb.SubmitElicitationAnswersResponse(waiting_call_ids=submitted.waiting_call_ids)
 
     async def ListPendingCalls(
         self, request: pb.ListPendingCallsRequest, context: grpc.aio.ServicerContext

@@ -169,6 +169,9 @@ class Settings(BaseSettings):
     # A run whose tool was cut by a stop and is not idempotent waits this long for the
     # execution to be reconciled (ReconcileToolExecution), then fails TOOL_OUTCOME_UNKNOWN.
     outcome_unknown_timeout_s: float = Field(default=86_400.0, gt=0)
+    # A question a running tool asks the user (elicitation) waits this long at most, and
+    # never past its tool's own timeout; then it is answered CANCEL (timed out).
+    elicitation_timeout_s: float = Field(default=3600.0, gt=0)
     # Workers (WorkerService): how often they send heartbeats (a task's lease lasts three),
     # how often a replica looks for tasks and results other replicas wrote, and how many
     # workers one tenant may have connected.

@@ -7,6 +7,8 @@ from datetime import datetime
 
 from behest.domain.content import ContentPart
 from behest.domain.execution_events import (
+    ElicitationAnswered,
+    ElicitationRequested,
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
     ToolRetryScheduled,
@@ -272,6 +274,8 @@ Payload = (
     | ToolRetryScheduled
     | Handoff
     | UserMessageAdded
+    | ElicitationRequested
+    | ElicitationAnswered
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -310,6 +314,8 @@ KINDS: dict[type[Payload], str] = {
     ToolRetryScheduled: "tool_retry_scheduled",
     Handoff: "handoff",
     UserMessageAdded: "user_message_added",
+    ElicitationRequested: "elicitation_requested",
+    ElicitationAnswered: "elicitation_answered",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

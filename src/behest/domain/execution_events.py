@@ -1,5 +1,6 @@
-"""The event payloads of tool executions whose outcome was unknown or that run again
-(domain/executions.py); part of domain/events.py's Payload, named there too."""
+"""The event payloads of tool executions whose outcome was unknown, that run again
+(domain/executions.py) or that ask the user a question (runs/asking.py); part of
+domain/events.py's Payload, named there too."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from behest.domain.executions import Verdict
+from behest.domain.waits import ElicitAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +44,32 @@ class ToolRetryScheduled:
     execution_id: str
     next_attempt: int
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ElicitationRequested:
+    """A running tool asked the user a question (`requested_schema`: the JSON Schema of an
+    accepted answer's content, as JSON text); the call waits for the answer until
+    `expires_at`, its run WAITING_FOR_INPUT meanwhile."""
+
+    elicitation_id: str
+    call_id: str
+    tool_name: str
+    message: str
+    requested_schema: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ElicitationAnswered:
+    """How a question was answered and by whom (the content goes to the tool only);
+    `timed_out`: nobody answered in time (CANCEL); `replayed`: the tool ran again (after a
+    restart) and asked again, and got the stored answer."""
+
+    elicitation_id: str
+    call_id: str
+    tool_name: str
+    action: ElicitAction
+    answered_by: str
+    timed_out: bool = False
+    replayed: bool = False

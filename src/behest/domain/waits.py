@@ -23,6 +23,8 @@ class WaitKind(enum.IntEnum):
     CLIENT_TOOL = 2
     # Its execution's outcome is unknown: a reconciliation (domain/executions.py Verdict).
     OUTCOME_UNKNOWN = 3
+    # A running tool asked the user a question (an elicitation): runs/asking.py.
+    ELICITATION = 4
 
 
 class Decision(enum.IntEnum):
@@ -36,6 +38,33 @@ class Decision(enum.IntEnum):
     @property
     def allows(self) -> bool:
         return self in (Decision.ALLOW, Decision.ALLOW_ALWAYS)
+
+
+class ElicitAction(enum.IntEnum):
+    """How a question was answered (MCP's elicitation actions); values match
+    agent.v1.ElicitationAction."""
+
+    ACCEPT = 1
+    DECLINE = 2
+    CANCEL = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Question:
+    """What a running tool asked the user (an elicitation): a message, and the JSON Schema
+    an accepted answer's content must fit (MCP: a flat object of primitive properties)."""
+
+    call_id: str
+    message: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a tool gets back for its question: the action, and with ACCEPT the content."""
+
+    action: ElicitAction
+    content: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,21 +90,24 @@ class WaitOptions:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Answer:
     """An answer to one pending call from outside: a decision (approvals), a result (client
-    tools: `text` is the output, `is_error` marks a failure) or a verdict (an outcome
-    unknown: with RAN, `text` and `is_error` are the result; otherwise `text` says why)."""
+    tools: `text` is the output, `is_error` marks a failure), a verdict (an outcome unknown:
+    with RAN, `text` and `is_error` are the result; otherwise `text` says why) or an action
+    (a question: with ACCEPT, `text` is the content, a JSON object)."""
 
     call_id: str
     decision: Decision | None = None
     text: str = ""
     is_error: bool = False
     verdict: Verdict | None = None
+    action: ElicitAction | None = None
 
     def same_as(self, other: Answer) -> bool:
-        return (self.decision, self.text, self.is_error, self.verdict) == (
+        return (self.decision, self.text, self.is_error, self.verdict, self.action) == (
             other.decision,
             other.text,
             other.is_error,
             other.verdict,
+            other.action,
         )
 
 
@@ -101,6 +133,9 @@ class PendingCall:
     timed_out: bool = False
     # With OUTCOME_UNKNOWN: the execution to reconcile.
     execution_id: str = ""
+    # With ELICITATION: the question (`call_id` is then the question's id, Question.call_id
+    # the tool call that asked).
+    question: Question | None = None
 
     def expired(self, now: datetime) -> bool:
         return self.timed_out or (self.answer is None and self.expires_at <= now)

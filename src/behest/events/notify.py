@@ -16,6 +16,11 @@ def session_key(session_id: str) -> str:
     return f"session:{session_id}"
 
 
+def answers_key(run_id: str) -> str:
+    """Wakes a run's tool calls waiting for answers to their questions (runs/asking.py)."""
+    return f"answers:{run_id}"
+
+
 class Notifier:
     """One-shot wake-ups per run: take a ticket, then wait on it; `notify` fires all tickets."""
 

@@ -26,6 +26,7 @@ from behest.errors import (
     Unavailable,
 )
 from behest.events.log import EventLog
+from behest.events.notify import answers_key
 from behest.events.run_log import RunLog
 from behest.observability.telemetry import Telemetry, bind, current
 from behest.runs.builder import LoopBuilder
@@ -232,11 +233,14 @@ class Executor:
         held = self._runs.get(run_id)
         if held is not None:
             held.rewake = True  # still pausing here: taken up again once it has left
+            self._log.notifier.notify(answers_key(run_id))  # or one of its tools asked
             return
         run = await self._store.get_run(run_id)
         if run is None or run.status != RunStatus.WAITING_FOR_INPUT or run_id in self._runs:
             return
-        await self._take_up(run)
+        # The sole writer takes it from a dead process at once (a question of a tool cut by a
+        # crash keeps its lease until it lapses); other nodes wait for the lapse.
+        await self._take_up(run, force=self.leases.sole_writer)
 
     def _paused(self, run_id: str, waiting: Waiting, handle: OwnedRun) -> None:
         """A run now waits: take it up when its first call expires (or at once, if answers

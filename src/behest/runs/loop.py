@@ -23,6 +23,7 @@ from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
 from behest.runs import compaction, structured
 from behest.runs.agent_tools import AgentTools, HandedOff
+from behest.runs.asking import Asking, AskPolicy
 from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
@@ -54,6 +55,7 @@ class LoopLimits:
     compaction_cooldown_s: float = 300.0
     coalesce_text_deltas: bool = True
     waits: WaitPolicy = field(default_factory=WaitPolicy)
+    asks: AskPolicy = field(default_factory=AskPolicy)
     # This process's name in run claims: who executed a tool, in its execution's record.
     node: str = ""
 
@@ -106,6 +108,14 @@ class AgentLoop:
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
+        self._asking = Asking(
+            run=run,
+            log=log,
+            store=store,
+            progress=self.progress,
+            notifier=log.notifier,
+            policy=limits.asks,
+        )
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
         self._steering = Steering(run=run, log=log, store=store, progress=self.progress)
@@ -152,6 +162,7 @@ class AgentLoop:
             concurrency=limits.tool_concurrency,
             spawn=self._spawn if self._sub_runs is not None else None,
             workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
+            asker=self._asking.ask,
         )
         waits = self._waits
         return TurnCalls(

@@ -38,6 +38,7 @@ from behest.events.log import EventLog
 from behest.providers.registry import ProviderRegistry
 from behest.runs import catalog
 from behest.runs.agents import AgentCatalog
+from behest.runs.asking import check_answers
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.double_texting import make_room, steer
 from behest.runs.executor import Executor
@@ -212,11 +213,13 @@ class Operations(ToolOperations, SessionOperations):
             raise PermissionDenied(
                 f"deciding approvals needs the role {role!r}, which {caller.principal!r} lacks"
             )
+        if kind == WaitKind.ELICITATION:  # the content fits what was asked
+            check_answers(await self._store.pending_calls(run_id), answers)
         submitted = await self._store.submit_answers(
             run_id, answers, kind=kind, by=caller.principal, now=datetime.now(UTC)
         )
-        if not submitted.waiting_call_ids:
-            await self._executor.wake(run_id)
+        if not submitted.waiting_call_ids or kind == WaitKind.ELICITATION:
+            await self._executor.wake(run_id)  # a tool that asked waits for its answer
         return submitted
 
     async def pending_calls(self, caller: Caller, run_id: str) -> list[PendingCall]:

@@ -40,6 +40,9 @@ class RunProgress:
         self.children_cost = Decimal(0)
         self.finish_reason = FinishReason.UNSPECIFIED
         self.executing: set[str] = set()
+        # Questions of running tools that wait for an answer (runs/asking.py): while any
+        # does, the run shows WAITING_FOR_INPUT (its snapshot still says what it executes).
+        self.asking = 0
         # The tools whose calls start child runs: spawn_agent, and its agent's sub-agents.
         self.child_tools: set[str] = {SPAWN_TOOL}
 
@@ -126,12 +129,17 @@ class RunProgress:
             self.transcript = compacted.transcript
             self.next_position += int(compacted.used_position)
 
+    def _shown(self, status: RunStatus) -> RunStatus:
+        """The status the run shows: WAITING_FOR_INPUT while one of its tools asks."""
+        asks = self.asking and status == RunStatus.WAITING_FOR_TOOLS
+        return RunStatus.WAITING_FOR_INPUT if asks else status
+
     def state(self, status: RunStatus) -> list[Write]:
         """The run's progress and snapshot, to commit with the step that reaches `status`."""
         return [
             UpdateRun(
                 run_id=self.run.id,
-                status=status,
+                status=self._shown(status),
                 iterations=self.iteration,
                 usage=self.usage,
                 cost=self.cost,

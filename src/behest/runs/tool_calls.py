@@ -33,7 +33,7 @@ from behest.runs.worker_calls import CallOutcome, Next, Queued, WorkerCalls
 from behest.runs.worker_tools import WorkerTool
 from behest.store.writes import AppendMessage, EnqueueTask, RecordExecution
 from behest.tools.base import ToolResult
-from behest.tools.context import ToolContext
+from behest.tools.context import Asker, ToolContext
 from behest.tools.registry import WORKER, ToolRegistry
 from behest.wording import shorten
 
@@ -52,9 +52,12 @@ class ToolRunner:
         executions: RunExecutions,
         spawn: Callable[[ToolCall], Awaitable[ToolResult]] | None = None,
         workers: WorkerCalls | None = None,
+        asker: Asker | None = None,
     ) -> None:
         """`spawn`: runs a `spawn_agent` call (runs/sub_runs.py), when the run may;
-        `workers`: worker tools' calls (runs/worker_calls.py), when workers may serve."""
+        `workers`: worker tools' calls (runs/worker_calls.py), when workers may serve;
+        `asker`: puts a tool's questions to the run's user (runs/asking.py)."""
+        self._asker = asker
         self._workers = workers
         # Calls whose outcome is unknown (why), and executions a run taken up again rejoins.
         self.unknown: dict[str, str] = {}
@@ -208,7 +211,8 @@ class ToolRunner:
         if call.name == SPAWN_TOOL and self._spawn is not None:
             result = await self._spawn(call)
         elif call.name in self._offered or self._tools.get(call.name) is None:
-            result = await self._tools.execute(call, tool_context(progress.run, execution))
+            context = tool_context(progress.run, execution, self._asker)
+            result = await self._tools.execute(call, context)
             policy = self._tools.policy(call.name)
             if result.retryable and execution.attempt < policy.max_attempts:
                 why = f"a retryable error: {shorten(result.text, 200)}"
@@ -293,10 +297,11 @@ def offered(
     return frozenset(allowed)
 
 
-def tool_context(run: Run, execution: ToolExecution) -> ToolContext:
+def tool_context(run: Run, execution: ToolExecution, asker: Asker | None = None) -> ToolContext:
     """What the tool of `execution` is told of it (its deadline is set as the tool starts);
     the principal is "" (a run does not record who created it)."""
     return ToolContext(
+        asker=asker,
         execution_id=execution.id,
         attempt=execution.attempt,
         idempotency_key=execution.idempotency_key,

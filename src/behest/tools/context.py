@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from behest.domain.executions import idempotency_key
+from behest.domain.waits import ElicitAction, Reply
 
-__all__ = ["ToolContext", "current_tool_context", "idempotency_key"]
+__all__ = ["ElicitAction", "Reply", "ToolContext", "current_tool_context", "idempotency_key"]
+
+# Asks the run's user a question for a call (runs/asking.py Asking.ask).
+Asker = Callable[["ToolContext", str, dict[str, Any]], Awaitable[Reply]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +38,8 @@ class ToolContext:
     `execution_id` names this execution (a call run again gets a new one) and `attempt`
     counts them from 1; `idempotency_key` is the call's, the same at every attempt.
     `principal` is who created the run ("" when not known). `deadline` (UTC) is when the
-    tool's timeout ends; the registry sets it as the call starts.
+    tool's timeout ends; the registry sets it as the call starts. `ask` puts a question to
+    the run's user and waits for the answer (docs/SESSIONS.md, "Questions from tools").
     """
 
     execution_id: str
@@ -47,6 +52,17 @@ class ToolContext:
     call_id: str
     tool_name: str
     deadline: datetime | None = None
+    asker: Asker | None = field(default=None, repr=False, compare=False)
+
+    async def ask(self, message: str, schema: dict[str, Any]) -> Reply:
+        """Ask the run's user `message`; an accepted answer's content fits `schema` (a JSON
+        Schema of an object). The call waits, durably, within its timeout: the Reply's
+        action is ACCEPT (with the content), DECLINE, or CANCEL (also: nobody answered in
+        time). ValueError: a question behest does not ask, saying why; RuntimeError: this
+        call cannot ask (a check before a retry, say)."""
+        if self.asker is None:
+            raise RuntimeError(f"tool {self.tool_name!r} cannot ask the user here")
+        return await self.asker(self, message, schema)
 
 
 _current: ContextVar[ToolContext | None] = ContextVar("behest_tool_context", default=None)

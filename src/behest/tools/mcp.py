@@ -44,6 +44,7 @@ from behest.errors import describe
 from behest.tools.base import Tool, ToolResult
 from behest.tools.context import ToolContext
 from behest.tools.mcp_config import McpServerConfig
+from behest.tools.mcp_elicit import InFlight, elicitation_callback
 from behest.tools.mcp_framing import sendable
 from behest.tools.mcp_tools import listed_tools, make_tools, request_meta, result_text
 from behest.tools.mcp_transport import Connection, transport
@@ -117,6 +118,7 @@ class _Server:
         self._settled.set()
         self._stop = asyncio.Event()
         self._stopping = False
+        self._in_flight = InFlight(config.name)  # whose questions (tools/mcp_elicit.py)
 
     async def start(self) -> None:
         self.status = "starting"
@@ -222,6 +224,7 @@ class _Server:
             read_timeout_seconds=self.config.timeout_s,
             client_info=Implementation(name="behest", version=__version__),
             cache=None,
+            elicitation_callback=elicitation_callback(self._in_flight),
         )
 
     def _connected(self, client: Client, listed: list[McpTool] | None) -> None:
@@ -283,9 +286,10 @@ class _Server:
         remaining = timeout_s - (time.monotonic() - began)
         try:
             async with asyncio.timeout(remaining):
-                result = await client.call_tool(
-                    tool, arguments, read_timeout_seconds=remaining, meta=request_meta(context)
-                )
+                with self._in_flight.serving(context):
+                    result = await client.call_tool(
+                        tool, arguments, read_timeout_seconds=remaining, meta=request_meta(context)
+                    )
         except TimeoutError:
             return self._timed_out(tool)
         except MCPError as exc:

@@ -154,14 +154,16 @@ class ToolRegistry:
         return _check(call, _validator(_key(schema)))
 
     @staticmethod
-    def check_value(what: str, value: Any, schema: dict[str, Any]) -> str:
+    def check_value(
+        what: str, value: Any, schema: dict[str, Any], against: str = "its output schema"
+    ) -> str:
         """Why `value` does not fit `schema` ("" when it does): a worker tool's output against
-        its output schema, with the one validator cache."""
+        its output schema, an answer against its question's; with the one validator cache."""
         errors = sorted(_validator(_key(schema)).iter_errors(value), key=str)
         if not errors:
             return ""
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-        return f"{what} does not match its output schema at {where}: {errors[0].message}"
+        return f"{what} does not match {against} at {where}: {errors[0].message}"
 
     def requires_approval(self, name: str) -> bool:
         """Whether every call of the tool needs an approval: its definition or the settings

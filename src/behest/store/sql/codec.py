@@ -14,7 +14,7 @@ from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import BusyPolicy, FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
-from behest.domain.waits import Decision
+from behest.domain.waits import Decision, ElicitAction
 
 
 def encode(payload: ev.Payload) -> tuple[str, str]:
@@ -102,6 +102,8 @@ def decode(kind: str, text: str) -> ev.Payload:
             data[name] = Verdict(value)
         elif name == "on_busy":
             data[name] = BusyPolicy(value)
+        elif name == "action":
+            data[name] = ElicitAction(value)
     return cls(**data)
 
 

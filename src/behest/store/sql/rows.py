@@ -15,7 +15,7 @@ from behest.domain.messages import Message, Role, ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.domain.spend import Money, TokenUsage
-from behest.domain.waits import Answer, Decision, PendingCall, WaitKind
+from behest.domain.waits import Answer, Decision, ElicitAction, PendingCall, Question, WaitKind
 from behest.store.sql import codec
 
 
@@ -65,7 +65,23 @@ def pending_call_to_row(call: PendingCall) -> dict[str, Any]:
         "timed_out": call.timed_out,
         "execution_id": call.execution_id or None,
         "verdict": None if answer is None or answer.verdict is None else int(answer.verdict),
+        "question": None if call.question is None else question_json(call.question),
+        "action": None if answer is None or answer.action is None else int(answer.action),
     }
+
+
+def question_json(question: Question) -> str:
+    return json.dumps(
+        {"call_id": question.call_id, "message": question.message, "schema": question.schema},
+        separators=(",", ":"),
+    )
+
+
+def _question(text: str | None) -> Question | None:
+    if text is None:
+        return None
+    data = json.loads(text)
+    return Question(call_id=data["call_id"], message=data["message"], schema=data["schema"])
 
 
 def pending_call_from_row(row: Any) -> PendingCall:
@@ -79,6 +95,7 @@ def pending_call_from_row(row: Any) -> PendingCall:
             text=row.text,
             is_error=bool(row.is_error),
             verdict=None if row.verdict is None else Verdict(row.verdict),
+            action=None if row.action is None else ElicitAction(row.action),
         )
         if answered
         else None
@@ -99,6 +116,7 @@ def pending_call_from_row(row: Any) -> PendingCall:
         answered_at=row.answered_at and utc(row.answered_at),
         timed_out=bool(row.timed_out),
         execution_id=row.execution_id or "",
+        question=_question(row.question),
     )
 
 

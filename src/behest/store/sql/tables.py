@@ -273,6 +273,9 @@ pending_calls = sa.Table(
     # An outcome unknown (kind 3): the execution to reconcile, and the verdict (migration 0016).
     sa.Column("execution_id", sa.String(36), nullable=True),
     sa.Column("verdict", sa.SmallInteger, nullable=True),
+    # A question (kind 4): Question as JSON, and the answer's action (migration 0022).
+    sa.Column("question", sa.Text, nullable=True),
+    sa.Column("action", sa.SmallInteger, nullable=True),
     # always_allowed: a session's ALLOW_ALWAYS decisions.
     sa.Index("ix_pending_calls_session", "session_id"),
     # resumable_runs: whether a run still waits, from the small set of unanswered calls.

@@ -83,6 +83,7 @@ _ANSWER = (
         answered_by=sa.bindparam("b_by"),
         answered_at=sa.bindparam("b_now"),
         verdict=sa.bindparam("b_verdict"),
+        action=sa.bindparam("b_action"),
     )
 )
 
@@ -159,6 +160,7 @@ _WHAT = {
     WaitKind.APPROVAL: "approval request",
     WaitKind.CLIENT_TOOL: "client tool call",
     WaitKind.OUTCOME_UNKNOWN: "call waiting for a reconciliation",
+    WaitKind.ELICITATION: "question",
 }
 
 
@@ -176,6 +178,8 @@ def _how(answer: Answer) -> str:
     """How a call was answered, for an error message (a client tool's output is not shown)."""
     if answer.verdict is not None:
         return answer.verdict.name
+    if answer.action is not None:
+        return answer.action.name
     if answer.decision is None:
         return "an error result" if answer.is_error else "a result"
     if answer.text:
@@ -191,6 +195,7 @@ def _answer_params(run_id: str, answer: Answer, *, by: str, now: datetime) -> di
         "b_text": answer.text,
         "b_is_error": answer.is_error,
         "b_verdict": None if answer.verdict is None else int(answer.verdict),
+        "b_action": None if answer.action is None else int(answer.action),
         "b_by": by,
         "b_now": now,
     }

@@ -241,6 +241,32 @@ APPROVAL_DECISION_TIMED_OUT: ApprovalDecision.ValueType  # 4
 """Only in events: nobody decided before the request expired, so the call was denied."""
 Global___ApprovalDecision: _TypeAlias = ApprovalDecision  # noqa: Y015
 
+class _ElicitationAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ElicitationActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ElicitationAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ELICITATION_ACTION_UNSPECIFIED: _ElicitationAction.ValueType  # 0
+    ELICITATION_ACTION_ACCEPT: _ElicitationAction.ValueType  # 1
+    """The user answered: the content goes to the tool."""
+    ELICITATION_ACTION_DECLINE: _ElicitationAction.ValueType  # 2
+    """The user refused to answer."""
+    ELICITATION_ACTION_CANCEL: _ElicitationAction.ValueType  # 3
+    """The user dismissed the question (also: nobody answered in time)."""
+
+class ElicitationAction(_ElicitationAction, metaclass=_ElicitationActionEnumTypeWrapper):
+    """Added in behest 0.11: how a question of a running tool was answered."""
+
+ELICITATION_ACTION_UNSPECIFIED: ElicitationAction.ValueType  # 0
+ELICITATION_ACTION_ACCEPT: ElicitationAction.ValueType  # 1
+"""The user answered: the content goes to the tool."""
+ELICITATION_ACTION_DECLINE: ElicitationAction.ValueType  # 2
+"""The user refused to answer."""
+ELICITATION_ACTION_CANCEL: ElicitationAction.ValueType  # 3
+"""The user dismissed the question (also: nobody answered in time)."""
+Global___ElicitationAction: _TypeAlias = ElicitationAction  # noqa: Y015
+
 class _PendingCallKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -252,6 +278,8 @@ class _PendingCallKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Pendi
     PENDING_CALL_KIND_CLIENT_TOOL: _PendingCallKind.ValueType  # 2
     PENDING_CALL_KIND_OUTCOME_UNKNOWN: _PendingCallKind.ValueType  # 3
     """Added in behest 0.9: a reconciliation of its execution, whose outcome is unknown."""
+    PENDING_CALL_KIND_ELICITATION: _PendingCallKind.ValueType  # 4
+    """Added in behest 0.11: an answer to a question the running tool asked."""
 
 class PendingCallKind(_PendingCallKind, metaclass=_PendingCallKindEnumTypeWrapper):
     """Added in behest 0.6: what a waiting call waits for."""
@@ -261,6 +289,8 @@ PENDING_CALL_KIND_APPROVAL: PendingCallKind.ValueType  # 1
 PENDING_CALL_KIND_CLIENT_TOOL: PendingCallKind.ValueType  # 2
 PENDING_CALL_KIND_OUTCOME_UNKNOWN: PendingCallKind.ValueType  # 3
 """Added in behest 0.9: a reconciliation of its execution, whose outcome is unknown."""
+PENDING_CALL_KIND_ELICITATION: PendingCallKind.ValueType  # 4
+"""Added in behest 0.11: an answer to a question the running tool asked."""
 Global___PendingCallKind: _TypeAlias = PendingCallKind  # noqa: Y015
 
 @_typing.final
@@ -306,6 +336,8 @@ class AgentEvent(_message.Message):
     TOOL_RETRY_SCHEDULED_FIELD_NUMBER: _builtins.int
     HANDOFF_FIELD_NUMBER: _builtins.int
     USER_MESSAGE_ADDED_FIELD_NUMBER: _builtins.int
+    ELICITATION_REQUESTED_FIELD_NUMBER: _builtins.int
+    ELICITATION_ANSWERED_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -415,6 +447,14 @@ class AgentEvent(_message.Message):
         """
 
     @_builtins.property
+    def elicitation_requested(self) -> Global___ElicitationRequestedEvent:
+        """Added in behest 0.11: a running tool asked the user a question (an elicitation)."""
+
+    @_builtins.property
+    def elicitation_answered(self) -> Global___ElicitationAnsweredEvent:
+        """Added in behest 0.11: how that question was answered."""
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -454,15 +494,17 @@ class AgentEvent(_message.Message):
         tool_retry_scheduled: Global___ToolRetryScheduledEvent | None = ...,
         handoff: Global___HandoffEvent | None = ...,
         user_message_added: Global___UserMessageAddedEvent | None = ...,
+        elicitation_requested: Global___ElicitationRequestedEvent | None = ...,
+        elicitation_answered: Global___ElicitationAnsweredEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "elicitation_answered", b"elicitation_answered", "elicitation_requested", b"elicitation_requested", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "elicitation_answered", b"elicitation_answered", "elicitation_requested", b"elicitation_requested", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff", "user_message_added"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff", "user_message_added", "elicitation_requested", "elicitation_answered"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1479,6 +1521,127 @@ class UserMessageAddedEvent(_message.Message):
 Global___UserMessageAddedEvent: _TypeAlias = UserMessageAddedEvent  # noqa: Y015
 
 @_typing.final
+class Elicitation(_message.Message):
+    """Added in behest 0.11: a question a running tool asked the user (MCP elicitation, or a
+    plugin tool's ToolContext.ask).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ELICITATION_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REQUESTED_SCHEMA_FIELD_NUMBER: _builtins.int
+    elicitation_id: _builtins.str
+    """Names the question in SubmitElicitationAnswers: "<call_id>~<n>-<hash>"."""
+    call_id: _builtins.str
+    """The tool call that asked."""
+    tool_name: _builtins.str
+    message: _builtins.str
+    requested_schema: _builtins.str
+    """The JSON Schema (JSON text) that an accepted answer's content must fit."""
+    def __init__(
+        self,
+        *,
+        elicitation_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        message: _builtins.str = ...,
+        requested_schema: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "elicitation_id", b"elicitation_id", "message", b"message", "requested_schema", b"requested_schema", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Elicitation: _TypeAlias = Elicitation  # noqa: Y015
+
+@_typing.final
+class ElicitationRequestedEvent(_message.Message):
+    """Added in behest 0.11: a running tool asked the user a question; the call waits for the
+    answer (SubmitElicitationAnswers), the run WAITING_FOR_INPUT meanwhile.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ELICITATION_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REQUESTED_SCHEMA_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    elicitation_id: _builtins.str
+    """The fields of Elicitation."""
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    message: _builtins.str
+    requested_schema: _builtins.str
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """When an unanswered question is answered CANCEL (timed out) instead."""
+
+    def __init__(
+        self,
+        *,
+        elicitation_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        message: _builtins.str = ...,
+        requested_schema: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "elicitation_id", b"elicitation_id", "expires_at", b"expires_at", "message", b"message", "requested_schema", b"requested_schema", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ElicitationRequestedEvent: _TypeAlias = ElicitationRequestedEvent  # noqa: Y015
+
+@_typing.final
+class ElicitationAnsweredEvent(_message.Message):
+    """Added in behest 0.11: how a question was answered (the content goes to the tool only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ELICITATION_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    ANSWERED_BY_FIELD_NUMBER: _builtins.int
+    TIMED_OUT_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    elicitation_id: _builtins.str
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    action: Global___ElicitationAction.ValueType
+    answered_by: _builtins.str
+    """The principal that answered; empty for a timeout."""
+    timed_out: _builtins.bool
+    replayed: _builtins.bool
+    """The tool ran again (after a restart) and asked again: it got the stored answer."""
+    def __init__(
+        self,
+        *,
+        elicitation_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        action: Global___ElicitationAction.ValueType = ...,
+        answered_by: _builtins.str = ...,
+        timed_out: _builtins.bool = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "answered_by", b"answered_by", "call_id", b"call_id", "elicitation_id", b"elicitation_id", "replayed", b"replayed", "timed_out", b"timed_out", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ElicitationAnsweredEvent: _TypeAlias = ElicitationAnsweredEvent  # noqa: Y015
+
+@_typing.final
 class OutputRejectedEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2247,6 +2410,83 @@ class SubmitToolResultsResponse(_message.Message):
 Global___SubmitToolResultsResponse: _TypeAlias = SubmitToolResultsResponse  # noqa: Y015
 
 @_typing.final
+class ElicitationAnswer(_message.Message):
+    """Added in behest 0.11: an answer to a question of a running tool."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ELICITATION_ID_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    elicitation_id: _builtins.str
+    action: Global___ElicitationAction.ValueType
+    content: _builtins.str
+    """With ACCEPT: a JSON object that fits the question's requested_schema."""
+    def __init__(
+        self,
+        *,
+        elicitation_id: _builtins.str = ...,
+        action: Global___ElicitationAction.ValueType = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "content", b"content", "elicitation_id", b"elicitation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ElicitationAnswer: _TypeAlias = ElicitationAnswer  # noqa: Y015
+
+@_typing.final
+class SubmitElicitationAnswersRequest(_message.Message):
+    """Added in behest 0.11."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ElicitationAnswer]: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        answers: _abc.Iterable[Global___ElicitationAnswer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitElicitationAnswersRequest: _TypeAlias = SubmitElicitationAnswersRequest  # noqa: Y015
+
+@_typing.final
+class SubmitElicitationAnswersResponse(_message.Message):
+    """Added in behest 0.11. Sent once the answers are stored."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAITING_CALL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def waiting_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The calls and questions of the run still waiting for an answer."""
+
+    def __init__(
+        self,
+        *,
+        waiting_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["waiting_call_ids", b"waiting_call_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitElicitationAnswersResponse: _TypeAlias = SubmitElicitationAnswersResponse  # noqa: Y015
+
+@_typing.final
 class PendingCall(_message.Message):
     """Added in behest 0.6: a tool call that waits for an answer."""
 
@@ -2257,6 +2497,7 @@ class PendingCall(_message.Message):
     REQUESTED_AT_FIELD_NUMBER: _builtins.int
     EXPIRES_AT_FIELD_NUMBER: _builtins.int
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    ELICITATION_FIELD_NUMBER: _builtins.int
     kind: Global___PendingCallKind.ValueType
     execution_id: _builtins.str
     """Added in behest 0.9: with OUTCOME_UNKNOWN, the execution to reconcile."""
@@ -2266,6 +2507,10 @@ class PendingCall(_message.Message):
     def requested_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def elicitation(self) -> Global___Elicitation:
+        """Added in behest 0.11: with ELICITATION, the question (answer it by its elicitation_id)."""
+
     def __init__(
         self,
         *,
@@ -2274,10 +2519,11 @@ class PendingCall(_message.Message):
         requested_at: _timestamp_pb2.Timestamp | None = ...,
         expires_at: _timestamp_pb2.Timestamp | None = ...,
         execution_id: _builtins.str = ...,
+        elicitation: Global___Elicitation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "expires_at", b"expires_at", "requested_at", b"requested_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "elicitation", b"elicitation", "expires_at", b"expires_at", "requested_at", b"requested_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "execution_id", b"execution_id", "expires_at", b"expires_at", "kind", b"kind", "requested_at", b"requested_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "elicitation", b"elicitation", "execution_id", b"execution_id", "expires_at", b"expires_at", "kind", b"kind", "requested_at", b"requested_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

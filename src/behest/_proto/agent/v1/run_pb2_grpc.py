@@ -80,6 +80,11 @@ class RunServiceStub:
                 request_serializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsRequest.SerializeToString,
                 response_deserializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsResponse.FromString,
                 _registered_method=True)
+        self.SubmitElicitationAnswers = channel.unary_unary(
+                '/agent.v1.RunService/SubmitElicitationAnswers',
+                request_serializer=agent_dot_v1_dot_run__pb2.SubmitElicitationAnswersRequest.SerializeToString,
+                response_deserializer=agent_dot_v1_dot_run__pb2.SubmitElicitationAnswersResponse.FromString,
+                _registered_method=True)
         self.ListPendingCalls = channel.unary_unary(
                 '/agent.v1.RunService/ListPendingCalls',
                 request_serializer=agent_dot_v1_dot_run__pb2.ListPendingCallsRequest.SerializeToString,
@@ -168,6 +173,15 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitElicitationAnswers(self, request, context):
+        """Added in behest 0.11. Answers questions running tools asked (ListPendingCalls shows them,
+        kind ELICITATION); all or nothing, with the same rules as SubmitApprovals. An accepted
+        answer whose content does not fit the question's schema is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListPendingCalls(self, request, context):
         """Added in behest 0.6. The run's calls that wait for an answer now.
         """
@@ -237,6 +251,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.SubmitToolResults,
                     request_deserializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsRequest.FromString,
                     response_serializer=agent_dot_v1_dot_run__pb2.SubmitToolResultsResponse.SerializeToString,
+            ),
+            'SubmitElicitationAnswers': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitElicitationAnswers,
+                    request_deserializer=agent_dot_v1_dot_run__pb2.SubmitElicitationAnswersRequest.FromString,
+                    response_serializer=agent_dot_v1_dot_run__pb2.SubmitElicitationAnswersResponse.SerializeToString,
             ),
             'ListPendingCalls': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPendingCalls,
@@ -498,6 +517,33 @@ class RunService:
             '/agent.v1.RunService/SubmitToolResults',
             agent_dot_v1_dot_run__pb2.SubmitToolResultsRequest.SerializeToString,
             agent_dot_v1_dot_run__pb2.SubmitToolResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitElicitationAnswers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agent.v1.RunService/SubmitElicitationAnswers',
+            agent_dot_v1_dot_run__pb2.SubmitElicitationAnswersRequest.SerializeToString,
+            agent_dot_v1_dot_run__pb2.SubmitElicitationAnswersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,11 @@ class RunServiceStub:
     """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
     nothing, with the same rules as SubmitApprovals.
     """
+    SubmitElicitationAnswers: _grpc.UnaryUnaryMultiCallable[_run_pb2.SubmitElicitationAnswersRequest, _run_pb2.SubmitElicitationAnswersResponse]
+    """Added in behest 0.11. Answers questions running tools asked (ListPendingCalls shows them,
+    kind ELICITATION); all or nothing, with the same rules as SubmitApprovals. An accepted
+    answer whose content does not fit the question's schema is INVALID_ARGUMENT.
+    """
     ListPendingCalls: _grpc.UnaryUnaryMultiCallable[_run_pb2.ListPendingCallsRequest, _run_pb2.ListPendingCallsResponse]
     """Added in behest 0.6. The run's calls that wait for an answer now."""
     ListRunEvents: _grpc.UnaryUnaryMultiCallable[_run_pb2.ListRunEventsRequest, _run_pb2.ListRunEventsResponse]
@@ -96,6 +101,11 @@ class RunServiceAsyncStub(RunServiceStub):
     SubmitToolResults: _aio.UnaryUnaryMultiCallable[_run_pb2.SubmitToolResultsRequest, _run_pb2.SubmitToolResultsResponse]  # type: ignore[assignment]
     """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
     nothing, with the same rules as SubmitApprovals.
+    """
+    SubmitElicitationAnswers: _aio.UnaryUnaryMultiCallable[_run_pb2.SubmitElicitationAnswersRequest, _run_pb2.SubmitElicitationAnswersResponse]  # type: ignore[assignment]
+    """Added in behest 0.11. Answers questions running tools asked (ListPendingCalls shows them,
+    kind ELICITATION); all or nothing, with the same rules as SubmitApprovals. An accepted
+    answer whose content does not fit the question's schema is INVALID_ARGUMENT.
     """
     ListPendingCalls: _aio.UnaryUnaryMultiCallable[_run_pb2.ListPendingCallsRequest, _run_pb2.ListPendingCallsResponse]  # type: ignore[assignment]
     """Added in behest 0.6. The run's calls that wait for an answer now."""
@@ -186,6 +196,17 @@ class RunServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_run_pb2.SubmitToolResultsResponse, _abc.Awaitable[_run_pb2.SubmitToolResultsResponse]]:
         """Added in behest 0.6. Sends the results of client tool calls the run waits for; all or
         nothing, with the same rules as SubmitApprovals.
+        """
+
+    @_abc_1.abstractmethod
+    def SubmitElicitationAnswers(
+        self,
+        request: _run_pb2.SubmitElicitationAnswersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_pb2.SubmitElicitationAnswersResponse, _abc.Awaitable[_run_pb2.SubmitElicitationAnswersResponse]]:
+        """Added in behest 0.11. Answers questions running tools asked (ListPendingCalls shows them,
+        kind ELICITATION); all or nothing, with the same rules as SubmitApprovals. An accepted
+        answer whose content does not fit the question's schema is INVALID_ARGUMENT.
         """
 
     @_abc_1.abstractmethod
