@@ -192,6 +192,19 @@ def _user_message_added(p: Any) -> str:
     return f"+ user: {shorten(p.text, 200)}"
 
 
+def _elicitation_requested(p: Any) -> str:
+    question = f"question {p.elicitation_id}{until(p.expires_at)}"
+    return f"? {p.tool_name} asks: {shorten(p.message, 200)} ({question})"
+
+
+def _elicitation_answered(p: Any) -> str:
+    if p.timed_out:
+        return f"← {p.tool_name}'s question timed out: nobody answered"
+    how = name(p.action).lower()
+    again = " (asked again after a restart: the stored answer)" if p.replayed else ""
+    return f"← {p.tool_name}'s question answered: {how}{by(p.answered_by)}{again}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -228,6 +241,8 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "tool_retry_scheduled": _retry,
     "handoff": _handoff,
     "user_message_added": _user_message_added,
+    "elicitation_requested": _elicitation_requested,
+    "elicitation_answered": _elicitation_answered,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})

@@ -14,6 +14,8 @@ import grpc
 import pytest
 
 from behest._proto.agent.v1 import common_pb2 as c
+from behest._proto.agent.v1 import execution_pb2 as x
+from behest._proto.agent.v1 import execution_pb2_grpc as x_rpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from tests.support import (
@@ -25,6 +27,7 @@ from tests.support import (
     script,
     server_process,
     start_server,
+    start_server_with_plugins,
     stop_server,
 )
 
@@ -215,3 +218,112 @@ async def test_a_question_survives_kill_9_and_its_answer_reaches_the_restarted_t
     assert kinds.count("tool_execution_started") == 2  # idempotent: run again, asked again
     assert kinds[-1] == "run_completed"
     assert said(events).startswith("echo__book: booked 2 night(s) in Lisbon (server pid")
+
+
+async def questions(server: Server, run_id: str, count: int) -> list[pb.PendingCall]:
+    """The run's pending questions, once `count` of them wait (each follows its event)."""
+    watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
+    seen = 0
+    async for event in watch:
+        seen += kind(event) == "elicitation_requested"
+        if seen == count:
+            break
+    watch.cancel()
+    listed = await server.runs.ListPendingCalls(pb.ListPendingCallsRequest(run_id=run_id))
+    return list(listed.calls)
+
+
+async def test_a_plugin_tool_asks_through_its_context_and_concurrent_calls_get_their_own(
+    tmp_path: Path,
+) -> None:
+    steps = script(
+        {
+            "tool_calls": [
+                {"name": "greet", "arguments": {}},
+                {"name": "greet", "arguments": {"twice": True}},
+            ]
+        },
+        {"say": "tool_results"},
+    )
+    server = await start_server_with_plugins(fast_settings(tmp_path))
+    try:
+        run_id = (await server.runs.CreateRun(create_request(steps, model="script"))).run_id
+        first = await questions(server, run_id, 2)  # both calls ask at once
+        assert len({p.elicitation.call_id for p in first}) == 2
+        assert {p.elicitation.message for p in first} == {"What should I call you?"}
+        by_call = {p.elicitation.call_id: p.elicitation.elicitation_id for p in first}
+        once, twice = sorted(by_call)  # call ids follow the model's order
+        await server.runs.SubmitElicitationAnswers(answer(run_id, by_call[once], name="Ada"))
+        await server.runs.SubmitElicitationAnswers(answer(run_id, by_call[twice], name="Bo"))
+        (again,) = await questions(server, run_id, 3)  # the second call asks once more
+        assert again.elicitation.call_id == twice
+        assert again.elicitation.elicitation_id != by_call[twice]
+        await server.runs.SubmitElicitationAnswers(
+            answer(run_id, again.elicitation.elicitation_id, name="Cy")
+        )
+        events = await collect(server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+    finally:
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    assert said(events) == "greet: hello Ada\ngreet: hello Bo and Cy"
+
+
+async def test_runs_asking_through_one_mcp_server_at_once_each_get_their_own_answer(
+    asking: Server,
+) -> None:
+    def book(city: str) -> pb.CreateRunRequest:
+        steps = script(
+            {"tool_calls": [{"name": "echo__book", "arguments": {"city": city}}]},
+            {"say": "tool_results"},
+        )
+        return create_request(steps, model="script")
+
+    lisbon = (await asking.runs.CreateRun(book("Lisbon"))).run_id
+    oslo = (await asking.runs.CreateRun(book("Oslo"))).run_id
+    (to_lisbon,) = await questions(asking, lisbon, 1)
+    (to_oslo,) = await questions(asking, oslo, 1)  # both calls are in flight on the server
+    assert to_lisbon.elicitation.message == "How many nights in Lisbon?"
+    assert to_oslo.elicitation.message == "How many nights in Oslo?"
+    await asking.runs.SubmitElicitationAnswers(
+        answer(oslo, to_oslo.elicitation.elicitation_id, nights=5)
+    )
+    await asking.runs.SubmitElicitationAnswers(
+        answer(lisbon, to_lisbon.elicitation.elicitation_id, nights=1)
+    )
+    for run_id, text in ((lisbon, "1 night(s) in Lisbon"), (oslo, "5 night(s) in Oslo")):
+        events = await collect(asking.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+        assert kind(events[-1]) == "run_completed"
+        assert said(events).startswith(f"echo__book: booked {text}")
+
+
+async def test_a_tool_that_is_not_idempotent_asks_again_only_once_reconciled(
+    tmp_path: Path,
+) -> None:
+    steps = script(
+        {"tool_calls": [{"name": "echo__reserve", "arguments": {"city": "Rome"}}]},
+        {"say": "tool_results"},
+    )
+    config = {"BEHEST_CONFIG": str(settings_file(tmp_path, ""))}
+    async with server_process(tmp_path / "data", **config) as (process, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            run_id = (await stub.CreateRun(create_request(steps, model="script"))).run_id
+            asked = (await watch_until(stub, run_id, "elicitation_requested")).elicitation_requested
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    async with server_process(tmp_path / "data", **config) as (_, address):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = rpc.RunServiceStub(channel)
+            await stub.SubmitElicitationAnswers(answer(run_id, asked.elicitation_id, nights=4))
+            # It may have acted before it asked: behest does not run it again unasked.
+            unknown = (await watch_until(stub, run_id, "tool_outcome_unknown")).tool_outcome_unknown
+            await x_rpc.ToolExecutionServiceStub(channel).ReconcileToolExecution(
+                x.ReconcileToolExecutionRequest(
+                    execution_id=unknown.execution_id, verdict=x.RECONCILE_VERDICT_DID_NOT_RUN
+                )
+            )
+            events = await collect(stub.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id)))
+    assert kind(events[-1]) == "run_completed"
+    (answered,) = [e.elicitation_answered for e in events if kind(e) == "elicitation_answered"]
+    assert answered.replayed
+    assert said(events).startswith("echo__reserve: booked 4 night(s) in Rome")

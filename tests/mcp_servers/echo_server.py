@@ -107,6 +107,11 @@ async def book(city: str, ctx: Context) -> str | InputRequiredResult:
     return f"booked {content['nights']} night(s) in {city}{extra} (server pid {os.getpid()})"
 
 
+@server.tool(description="Reserve a hotel in a city (not idempotent): asks how many nights.")
+async def reserve(city: str, ctx: Context) -> str | InputRequiredResult:
+    return await book(city, ctx)
+
+
 @server.tool(description="Kill this server process at once.")
 def exit_now() -> str:
     os._exit(3)

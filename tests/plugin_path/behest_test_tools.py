@@ -95,9 +95,34 @@ async def _whoami(arguments: dict[str, Any], *, context: ToolContext | None = No
     return _described(context)
 
 
+NAME = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "minLength": 1}},
+    "required": ["name"],
+}
+
+
+async def _greet(arguments: dict[str, Any], context: ToolContext) -> str:
+    """Asks the user's name (twice, if `twice`), then greets them."""
+    names = []
+    for _ in range(2 if arguments.get("twice") else 1):
+        reply = await context.ask("What should I call you?", NAME)
+        if reply.content is None:
+            return f"no name given ({reply.action.name.lower()})"
+        names.append(reply.content["name"])
+    return "hello " + " and ".join(names)
+
+
 def all_tools() -> list[Tool]:
     return [
         Whoami(),
+        FunctionTool(
+            name="greet",
+            description="Asks the user's name, then greets them.",
+            parameters_schema={"type": "object", "properties": {"twice": {"type": "boolean"}}},
+            function=_greet,
+            concurrency_safe=True,
+        ),
         FunctionTool(
             name="whoami_too",
             description="Says what it knows of the call it serves (a function).",

@@ -14,7 +14,7 @@ from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, FailureCode, Money, TokenUsage
-from behest.domain.waits import Decision
+from behest.domain.waits import Decision, ElicitAction
 
 WHEN = datetime(2026, 12, 1, 17, 5, 9, 250_000, tzinfo=UTC)
 CALL = ToolCall("call-1", "lookup", '{"q": "' + "x" * 300 + '"}')
@@ -54,6 +54,8 @@ SAMPLES: list[ev.Payload] = [
     ev.ToolRetryScheduled("call-1", "lookup", "x-2", 2, "a retryable error"),
     ev.Handoff("call-2", "triage", 1, "billing", 4, "a refund"),
     ev.UserMessageAdded("m-1", "and in French, please"),
+    ev.ElicitationRequested("call-1~1-ab", "call-1", "book", "How many nights?", "{}", WHEN),
+    ev.ElicitationAnswered("call-1~1-ab", "call-1", "book", ElicitAction.ACCEPT, "alice"),
 ]
 
 

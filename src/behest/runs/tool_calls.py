@@ -33,7 +33,7 @@ from behest.runs.worker_calls import CallOutcome, Next, Queued, WorkerCalls
 from behest.runs.worker_tools import WorkerTool
 from behest.store.writes import AppendMessage, EnqueueTask, RecordExecution
 from behest.tools.base import ToolResult
-from behest.tools.context import Asker, ToolContext
+from behest.tools.context import Asker, ToolContext, asking
 from behest.tools.registry import WORKER, ToolRegistry
 from behest.wording import shorten
 
@@ -211,8 +211,9 @@ class ToolRunner:
         if call.name == SPAWN_TOOL and self._spawn is not None:
             result = await self._spawn(call)
         elif call.name in self._offered or self._tools.get(call.name) is None:
-            context = tool_context(progress.run, execution, self._asker)
-            result = await self._tools.execute(call, context)
+            context = tool_context(progress.run, execution)
+            with asking(context, self._asker):
+                result = await self._tools.execute(call, context)
             policy = self._tools.policy(call.name)
             if result.retryable and execution.attempt < policy.max_attempts:
                 why = f"a retryable error: {shorten(result.text, 200)}"
@@ -297,11 +298,10 @@ def offered(
     return frozenset(allowed)
 
 
-def tool_context(run: Run, execution: ToolExecution, asker: Asker | None = None) -> ToolContext:
+def tool_context(run: Run, execution: ToolExecution) -> ToolContext:
     """What the tool of `execution` is told of it (its deadline is set as the tool starts);
     the principal is "" (a run does not record who created it)."""
     return ToolContext(
-        asker=asker,
         execution_id=execution.id,
         attempt=execution.attempt,
         idempotency_key=execution.idempotency_key,

@@ -17,7 +17,7 @@ import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -52,7 +52,6 @@ class ToolContext:
     call_id: str
     tool_name: str
     deadline: datetime | None = None
-    asker: Asker | None = field(default=None, repr=False, compare=False)
 
     async def ask(self, message: str, schema: dict[str, Any]) -> Reply:
         """Ask the run's user `message`; an accepted answer's content fits `schema` (a JSON
@@ -60,12 +59,29 @@ class ToolContext:
         action is ACCEPT (with the content), DECLINE, or CANCEL (also: nobody answered in
         time). ValueError: a question behest does not ask, saying why; RuntimeError: this
         call cannot ask (a check before a retry, say)."""
-        if self.asker is None:
+        asker = _askers.get(self.execution_id)
+        if asker is None:
             raise RuntimeError(f"tool {self.tool_name!r} cannot ask the user here")
-        return await self.asker(self, message, schema)
+        return await asker(self, message, schema)
 
 
 _current: ContextVar[ToolContext | None] = ContextVar("behest_tool_context", default=None)
+# Who puts the questions of an execution running now to its run's user, by execution id.
+_askers: dict[str, Asker] = {}
+
+
+@contextlib.contextmanager
+def asking(context: ToolContext, asker: Asker | None) -> Iterator[None]:
+    """Inside the block, `context.ask` goes to `asker` (from any task: an MCP server's
+    question arrives on its connection's)."""
+    if asker is None:
+        yield
+        return
+    _askers[context.execution_id] = asker
+    try:
+        yield
+    finally:
+        _askers.pop(context.execution_id, None)
 
 
 def current_tool_context() -> ToolContext | None:
