@@ -4,7 +4,9 @@ answer reaches the MCP server, whose result reaches the model. On SQLite and Pos
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -327,3 +329,51 @@ async def test_a_tool_that_is_not_idempotent_asks_again_only_once_reconciled(
     (answered,) = [e.elicitation_answered for e in events if kind(e) == "elicitation_answered"]
     assert answered.replayed
     assert said(events).startswith("echo__reserve: booked 4 night(s) in Rome")
+
+
+SECRETS = {name: secrets.token_urlsafe(24) for name in ("carol", "bob")}
+
+
+def bearer(name: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {SECRETS[name]}"),)
+
+
+async def test_only_the_runs_tenant_sees_and_answers_its_questions(tmp_path: Path) -> None:
+    tokens = {
+        name: {
+            "sha256": hashlib.sha256(SECRETS[name].encode()).hexdigest(),
+            "principal": name,
+            "tenant": tenant,
+            "roles": [],
+        }
+        for name, tenant in (("carol", "acme"), ("bob", "globex"))
+    }
+    # A question is not an approval: the approver role is not needed to answer it.
+    tables = {"auth": {"mode": "bearer", "tokens": tokens, "approver_role": "approver"}}
+    settings = fast_settings(tmp_path, mcp=echo_servers()).with_tables(tables, source="test")
+    server = await start_server(settings)
+    try:
+        runs = server.runs
+        stream = runs.CreateRunStream(
+            create_request(BOOK, model="script"), metadata=bearer("carol")
+        )
+        asked = await until(stream, "elicitation_requested")
+        run_id, elicitation_id = asked.run_id, asked.elicitation_requested.elicitation_id
+        listing = pb.ListPendingCallsRequest(run_id=run_id)
+        with pytest.raises(grpc.aio.AioRpcError) as hidden:
+            await runs.ListPendingCalls(listing, metadata=bearer("bob"))
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.aio.AioRpcError) as foreign:
+            await runs.SubmitElicitationAnswers(
+                answer(run_id, elicitation_id, nights=2), metadata=bearer("bob")
+            )
+        assert foreign.value.code() == grpc.StatusCode.NOT_FOUND
+        await runs.SubmitElicitationAnswers(
+            answer(run_id, elicitation_id, nights=2), metadata=bearer("carol")
+        )
+        rest = [event async for event in stream]
+    finally:
+        await stop_server(server)
+    answered = next(e for e in rest if kind(e) == "elicitation_answered").elicitation_answered
+    assert answered.answered_by == "carol"
+    assert kind(rest[-1]) == "run_completed"
