@@ -1,12 +1,14 @@
 """The TypeScript client (clients/typescript) against a real server (issue 26): its Node
 tests (`node --test`) run with the server's URLs and tokens in their environment — every
 RunService RPC over the Connect protocol, gRPC-Web and gRPC, streams whose connection is cut
-by the server's side resuming with no gap and no duplicate, tokens and tenants."""
+by the server's side resuming with no gap and no duplicate, tokens and tenants, and a question
+a running tool asks (the echo MCP server's `book`) answered through the client."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +19,9 @@ from tests.typescript_support import CLIENT, node_tests
 from tests.typescript_support import typescript_client as typescript_client  # a fixture
 from tests.web_support import ALICE, BOB, inspector_settings
 
+# The MCP server whose `book` tool asks the user a question (test/server/questions.test.ts).
+ECHO_SERVER = Path(__file__).parents[1] / "mcp_servers" / "echo_server.py"
+ECHO_MCP = {"servers": {"echo": {"command": sys.executable, "args": [str(ECHO_SERVER)]}}}
 # Which protocols the server tests cover; narrow it to debug one (e.g. "grpc").
 PROTOCOLS = os.environ.get("BEHEST_TEST_PROTOCOLS", "connect,grpc-web,grpc")
 # The server tests' suites, one per protocol (they skip without a server: none may).
@@ -26,12 +31,13 @@ SUITES = (
     "a stream cut by the server's side, over",
     "AgentService over",
     "a session's stream over",
+    "a tool's question over",
 )
 
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    running = await start_server(inspector_settings(tmp_path))
+    running = await start_server(inspector_settings(tmp_path, mcp=ECHO_MCP))
     try:
         yield running
     finally:
@@ -47,6 +53,7 @@ def urls(server: Server) -> dict[str, str]:
         "BEHEST_TEST_TOKEN": ALICE,
         "BEHEST_TEST_OTHER_TOKEN": BOB,
         "BEHEST_TEST_PROTOCOLS": PROTOCOLS,
+        "BEHEST_TEST_ECHO_MCP": "1",
     }
 
 

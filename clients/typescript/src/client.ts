@@ -2,7 +2,13 @@
 // Connect-ES client per service, and the run streams that resume (follow.ts). Node and the
 // browser build it from their own transports (node.ts, web.ts).
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import {
+  createClient,
+  type CallOptions,
+  type Client,
+  type Interceptor,
+  type Transport,
+} from "@connectrpc/connect";
 import { AgentService } from "./gen/agent/v1/agent_pb.js";
 import { ProviderService, ToolService } from "./gen/agent/v1/catalog_pb.js";
 import { ToolExecutionService } from "./gen/agent/v1/execution_pb.js";
@@ -16,6 +22,7 @@ import {
 } from "./gen/agent/v1/run_pb.js";
 import { SessionService } from "./gen/agent/v1/session_pb.js";
 import { follow, type StreamOptions } from "./follow.js";
+import { answersRequest, type QuestionAnswer } from "./questions.js";
 import { followSession, type SessionCursor } from "./session.js";
 import { RECONNECT_DEFAULTS, type ReconnectOptions } from "./reconnect.js";
 
@@ -46,6 +53,17 @@ export interface BehestClient {
     after?: SessionCursor,
     options?: StreamOptions,
   ): AsyncIterable<AgentEvent>;
+  /** Answer a question a running tool asked (SubmitElicitationAnswers): `{ accept: content }`
+   * (an object that fits the question's schema), `{ decline: true }` or `{ cancel: true }`.
+   * Resolves to the run's calls and questions still waiting (empty: the run goes on). Content
+   * that does not fit the schema is InvalidArgument, an unknown question NotFound, one
+   * answered otherwise (or expired) FailedPrecondition; the same answer again is harmless. */
+  answerQuestion(
+    runId: string,
+    elicitationId: string,
+    answer: QuestionAnswer,
+    options?: CallOptions,
+  ): Promise<string[]>;
 }
 
 export interface ClientOptions {
@@ -71,6 +89,10 @@ export function clientOf(transport: Transport, options: ClientOptions = {}): Beh
     ...streamsOf(runs, options.reconnect),
     watchSession(sessionId, after = { runId: "", sequence: 0n }, streamOptions) {
       return followSession(sessions, sessionId, after, reconnect, streamOptions);
+    },
+    async answerQuestion(runId, elicitationId, answer, callOptions) {
+      const request = answersRequest(runId, elicitationId, answer);
+      return (await runs.submitElicitationAnswers(request, callOptions)).waitingCallIds;
     },
   };
 }

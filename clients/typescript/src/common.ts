@@ -19,6 +19,7 @@ export {
   type EventKind,
 } from "./events.js";
 export type { StreamOptions } from "./follow.js";
+export { questionOf, type Question, type QuestionAnswer } from "./questions.js";
 export type { SessionCursor } from "./session.js";
 export { backoffMs, RECONNECT_DEFAULTS, type ReconnectOptions } from "./reconnect.js";
 export * from "./gen/agent/v1/agent_pb.js";

@@ -14,6 +14,11 @@ export const SERVER = {
 };
 export const NO_SERVER =
   SERVER.http && SERVER.grpc ? false : "no server: run tests/e2e/test_typescript_client.py";
+/** Whether the server has the echo MCP server (tests/mcp_servers/echo_server.py) as `echo`,
+ * whose `book` tool asks the user a question (BEHEST_TEST_ECHO_MCP=1). */
+export const NO_ECHO_MCP =
+  NO_SERVER ||
+  (env.BEHEST_TEST_ECHO_MCP === "1" ? false : "the server has no echo MCP server (`echo__book`)");
 
 /** A test's limit: a stream that hangs fails its test instead of the run (ms). */
 export const TIMEOUT = 30_000;
