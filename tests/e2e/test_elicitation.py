@@ -108,6 +108,8 @@ async def test_the_run_waits_for_the_answer_which_reaches_the_mcp_server(
     assert not answered.timed_out and not answered.replayed
     assert kind(rest[-1]) == "run_completed"
     assert said(rest).startswith("echo__book: booked 3 night(s) in Lisbon with breakfast")
+    again = answer(run_id, requested.elicitation_id, breakfast=True, nights=3)  # keys reordered
+    assert list((await asking.runs.SubmitElicitationAnswers(again)).waiting_call_ids) == []
 
 
 async def test_an_answer_that_breaks_the_schema_is_refused_and_the_question_still_waits(

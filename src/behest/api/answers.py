@@ -3,8 +3,11 @@ checked and bounded."""
 
 from __future__ import annotations
 
+import json
+
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.api.fields import bounded
+from behest.bounded_json import JsonRefused, parse
 from behest.domain.waits import Answer, Decision, ElicitAction
 from behest.errors import InvalidArgument
 
@@ -63,8 +66,21 @@ def elicitation_answers(request: pb.SubmitElicitationAnswersRequest) -> list[Ans
         action = ElicitAction(item.action)
         if action != ElicitAction.ACCEPT and item.content:
             raise InvalidArgument(f"{where}.content goes only with ELICITATION_ACTION_ACCEPT")
-        answers.append(Answer(call_id=item.elicitation_id, text=item.content, action=action))
+        content = _json_object(item.content, f"{where}.content") if item.content else ""
+        answers.append(Answer(call_id=item.elicitation_id, text=content, action=action))
     return answers
+
+
+def _json_object(text: str, where: str) -> str:
+    """A JSON object from outside, bounded, in one canonical form (sorted keys, compact):
+    the same answer sent again with its keys in another order is the same answer."""
+    try:
+        value = parse(text)
+    except JsonRefused as exc:
+        raise InvalidArgument(f"{where} is not JSON within the bounds: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{where} must be a JSON object")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _answer_count(count: int, field: str) -> None:
