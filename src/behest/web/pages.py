@@ -15,7 +15,7 @@ from behest.domain.callers import Caller
 from behest.domain.runs import RunFilter, RunStatus
 from behest.domain.waits import WaitKind
 from behest.runs.operations import Operations
-from behest.web import dashboard, listing, views
+from behest.web import dashboard, formats, listing, views
 from behest.web.auth import Gate, SignInRequired
 from behest.web.live import LiveTails
 from behest.web.rendering import Renderer
@@ -84,7 +84,7 @@ class Pages:
             start=start,
             statuses=listing.STATUSES,
             now=datetime.now(UTC),
-            duration=views.duration,
+            duration=formats.duration,
         )
 
     async def run(self, request: Request) -> Response:
@@ -115,7 +115,7 @@ class Pages:
             live=not run.status.is_terminal and not more,
             shown_last=events[-1].sequence if events else after,
             last=last,
-            duration=views.duration(run, datetime.now(UTC)),
+            duration=formats.duration(run, datetime.now(UTC)),
         )
 
     async def approvals(self, request: Request) -> Response:

@@ -1,4 +1,4 @@
-"""What the pages show: a run's events as timeline items, runs and usage as plain strings.
+"""What the pages show of a run's events: timeline items (plain strings: formats.py).
 
 One function per event kind makes an `Item` (title, labelled sections of text); its
 one-line summary is what the event says in behest/wording.py, the words the terminal shows
@@ -9,21 +9,15 @@ the same items as JSON, which inspector.js puts in the page as text, never as ma
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from behest import wording
 from behest.domain import events as ev
 from behest.domain.messages import Message
-from behest.domain.runs import BusyPolicy, Run, RunStatus
-from behest.domain.spend import Money, TokenUsage
-
-# The longest text a section shows (a tool's output may be a megabyte), and a summary.
-MAX_SECTION_CHARS = 20_000
-MAX_SUMMARY_CHARS = 400
+from behest.domain.runs import BusyPolicy, RunStatus
+from behest.web.formats import MAX_SUMMARY_CHARS, clip, pretty_json, stamp, tokens
 
 
 @dataclass(slots=True)
@@ -296,48 +290,3 @@ _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
     ev.Handoff: _handoff,
     ev.UserMessageAdded: _user_message_added,
 }
-
-
-# --- plain strings ------------------------------------------------------------------------
-
-
-def stamp(moment: datetime) -> str:
-    """A moment in UTC, to the millisecond."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def clip(text: str) -> str:
-    if len(text) <= MAX_SECTION_CHARS:
-        return text
-    return f"{text[:MAX_SECTION_CHARS]}… ({len(text) - MAX_SECTION_CHARS} more characters)"
-
-
-def pretty_json(text: str) -> str:
-    try:
-        return clip(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
-    except ValueError:
-        return clip(text)
-
-
-def tokens(usage: TokenUsage) -> str:
-    return wording.tokens(usage, detail=True)
-
-
-def money(cost: Money | None) -> str:
-    return "—" if cost is None else wording.money(cost)
-
-
-def duration(run: Run, now: datetime) -> str:
-    """How long the run took (or has taken so far)."""
-    end = run.updated_at if run.status.is_terminal else now
-    seconds = max(0.0, (end - run.created_at).total_seconds())
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
-
-
-def trace_id(traceparent: str) -> str:
-    """The trace id of a W3C traceparent ("" without one)."""
-    parts = traceparent.split("-")
-    return parts[1] if len(parts) == 4 else ""
