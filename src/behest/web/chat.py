@@ -29,6 +29,7 @@ from behest.web import formats, views
 _LINES = (
     ev.ApprovalRequested,
     ev.ClientToolRequested,
+    ev.ElicitationRequested,
     ev.Handoff,
     ev.BudgetExceeded,
     ev.DoomLoopDetected,

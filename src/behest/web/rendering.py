@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from behest.domain.callers import Caller
-from behest.web import agent_views, formats
+from behest.web import agent_views, formats, questions
 from behest.web.auth import CSRF_FIELD, Gate
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -36,6 +36,7 @@ class Renderer:
             money=formats.money,
             trace_id=formats.trace_id,
             handed_to=agent_views.handed_to,
+            question_form=questions.form_for,
         )
         self._templates = Jinja2Templates(env=env)
 

@@ -17,6 +17,7 @@ from behest import wording
 from behest.domain import events as ev
 from behest.domain.messages import Message
 from behest.domain.runs import BusyPolicy, RunStatus
+from behest.domain.waits import ElicitAction
 from behest.web.formats import MAX_SUMMARY_CHARS, clip, pretty_json, stamp, tokens
 
 
@@ -36,6 +37,7 @@ class Item:
     error: bool = False
     link: str = ""  # a run's page
     status: str = ""  # the run's status once this event happened, when it changes it
+    resolves: str = ""  # the waiting call (its id) this event answers: its form goes
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -226,6 +228,7 @@ def _approval_requested(it: Item, p: ev.ApprovalRequested, c: Context) -> None:
 
 def _approval_resolved(it: Item, p: ev.ApprovalResolved, c: Context) -> None:
     it.kind, it.title, it.error = "wait", "approval resolved", not p.decision.allows
+    it.resolves = p.call_id
     if p.reason:
         it.sections = [("reason", clip(p.reason))]
 
@@ -237,6 +240,35 @@ def _client_requested(it: Item, p: ev.ClientToolRequested, c: Context) -> None:
 
 def _client_answered(it: Item, p: ev.ClientToolAnswered, c: Context) -> None:
     it.kind, it.title, it.error = "wait", "client tool answered", p.is_error or p.timed_out
+    it.resolves = p.call_id
+
+
+def _question_asked(it: Item, p: ev.ElicitationRequested, c: Context) -> None:
+    it.kind, it.title, it.status = "wait", "question asked", "WAITING_FOR_INPUT"
+    if not it.summary:  # until behest/wording.py has words for it
+        it.summary = f"? {p.tool_name} asks the user: {wording.shorten(p.message)}"
+    it.sections = [
+        ("tool", f"{p.tool_name} (call {p.call_id})"),
+        ("question", clip(p.message)),
+        ("the answer's schema", pretty_json(p.requested_schema)),
+        ("waits until", f"{stamp(p.expires_at)} UTC"),
+        ("question id", p.elicitation_id),
+    ]
+
+
+def _question_answered(it: Item, p: ev.ElicitationAnswered, c: Context) -> None:
+    action = p.action.name.lower()
+    it.kind, it.title, it.resolves = "wait", "question answered", p.elicitation_id
+    it.error = p.timed_out or p.action != ElicitAction.ACCEPT
+    how = "nobody answered in time" if p.timed_out else f"answered by {p.answered_by or '—'}"
+    if p.timed_out:
+        it.title = "question timed out"
+    if p.replayed:
+        it.title += " (replayed)"
+        how += "; the tool ran again and got the stored answer"
+    if not it.summary:  # until behest/wording.py has words for it
+        it.summary = f"← {p.tool_name}: {action}, {how}"
+    it.sections = [("action", action), ("how", how), ("tool", f"{p.tool_name} (call {p.call_id})")]
 
 
 def _sub_started(it: Item, p: ev.SubRunStarted, c: Context) -> None:
@@ -284,6 +316,8 @@ _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
     ev.ApprovalResolved: _approval_resolved,
     ev.ClientToolRequested: _client_requested,
     ev.ClientToolAnswered: _client_answered,
+    ev.ElicitationRequested: _question_asked,
+    ev.ElicitationAnswered: _question_answered,
     ev.SubRunStarted: _sub_started,
     ev.SubRunFinished: _sub_finished,
     ev.OutputRejected: _output_rejected,
