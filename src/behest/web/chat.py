@@ -23,12 +23,13 @@ from typing import Any
 from behest.domain import events as ev
 from behest.domain.messages import Message, Role
 from behest.domain.runs import BusyPolicy, Run, RunStatus
-from behest.web import views
+from behest.web import formats, views
 
 # Events a turn shows as a line of their own (their words: wording.line).
 _LINES = (
     ev.ApprovalRequested,
     ev.ClientToolRequested,
+    ev.ElicitationRequested,
     ev.Handoff,
     ev.BudgetExceeded,
     ev.DoomLoopDetected,
@@ -153,8 +154,8 @@ def item(event: ev.Event, context: views.Context) -> ChatItem:
             "id": p.message_id,
             "run": event.run_id,
             "role": Role.USER.value,
-            "text": views.clip(p.text),
-            "time": views.stamp(event.timestamp),
+            "text": formats.clip(p.text),
+            "time": formats.stamp(event.timestamp),
             "steered": True,
         }
     elif event.is_terminal:
@@ -180,15 +181,15 @@ def message_json(message: Message, *, steered: bool) -> dict[str, Any]:
         "id": message.id,
         "run": message.run_id,
         "role": message.role.value,
-        "text": views.clip(message.text),
-        "time": views.stamp(message.created_at),
+        "text": formats.clip(message.text),
+        "time": formats.stamp(message.created_at),
         "position": message.position,
         "tool_name": message.tool_name,
         "tool_call_id": message.tool_call_id,
         "is_error": message.is_error,
         "summary_through": message.summary_through,
         "calls": [
-            {"id": c.id, "name": c.name, "arguments": views.clip(c.arguments)}
+            {"id": c.id, "name": c.name, "arguments": formats.clip(c.arguments)}
             for c in message.tool_calls
         ],
         "steered": steered,

@@ -15,7 +15,7 @@ from behest.domain.callers import Caller
 from behest.domain.runs import RunFilter, RunStatus
 from behest.domain.waits import WaitKind
 from behest.runs.operations import Operations
-from behest.web import dashboard, listing, views
+from behest.web import dashboard, formats, listing, questions, views
 from behest.web.auth import Gate, SignInRequired
 from behest.web.live import LiveTails
 from behest.web.rendering import Renderer
@@ -84,12 +84,23 @@ class Pages:
             start=start,
             statuses=listing.STATUSES,
             now=datetime.now(UTC),
-            duration=views.duration,
+            duration=formats.duration,
         )
 
     async def run(self, request: Request) -> Response:
         caller = self._gate.caller(request)
-        run_id = str(request.path_params["run_id"])
+        return await self.run_page(request, caller, str(request.path_params["run_id"]))
+
+    async def run_page(
+        self,
+        request: Request,
+        caller: Caller,
+        run_id: str,
+        *,
+        status: int = 200,
+        refused: questions.Refused | None = None,
+    ) -> Response:
+        """A run's page; `refused`: an answer to one of its questions that was refused."""
         run = await self._runs.get(caller, run_id)
         last = await self._runs.last_sequence(caller, run_id)
         last_page = (max(last, 1) - 1) // EVENTS_PAGE * EVENTS_PAGE
@@ -100,22 +111,23 @@ class Pages:
         if more:  # the run grew past the pages counted a moment ago
             last_page = max(last_page, after + EVENTS_PAGE)
         context = views.Context.of(await self._runs.run_messages(caller, run_id))
-        waiting = run.status == RunStatus.WAITING_FOR_INPUT
         return self._render.page(
             request,
             "run.html",
             caller=caller,
+            status=status,
             run=run,
             items=views.timeline(events, context),
             children=await self._runs.child_runs(caller, run_id),
             executions=await self._runs.tool_executions(caller, run_id),
-            pending=await self._runs.pending_calls(caller, run_id) if waiting else [],
+            pending=await self._runs.pending_calls(caller, run_id),  # [] once it ended
             approval=WaitKind.APPROVAL,
+            refused=refused,
             pages=_pages(after, last_page),
             live=not run.status.is_terminal and not more,
             shown_last=events[-1].sequence if events else after,
             last=last,
-            duration=views.duration(run, datetime.now(UTC)),
+            duration=formats.duration(run, datetime.now(UTC)),
         )
 
     async def approvals(self, request: Request) -> Response:

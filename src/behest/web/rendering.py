@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from behest.domain.callers import Caller
-from behest.web import agent_views, views
+from behest.web import agent_views, formats, questions
 from behest.web.auth import CSRF_FIELD, Gate
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -31,11 +31,12 @@ class Renderer:
             lstrip_blocks=True,
         )
         env.filters.update(
-            stamp=views.stamp,
-            tokens=views.tokens,
-            money=views.money,
-            trace_id=views.trace_id,
+            stamp=formats.stamp,
+            tokens=formats.tokens,
+            money=formats.money,
+            trace_id=formats.trace_id,
             handed_to=agent_views.handed_to,
+            question_form=questions.form_for,
         )
         self._templates = Jinja2Templates(env=env)
 

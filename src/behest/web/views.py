@@ -1,4 +1,4 @@
-"""What the pages show: a run's events as timeline items, runs and usage as plain strings.
+"""What the pages show of a run's events: timeline items (plain strings: formats.py).
 
 One function per event kind makes an `Item` (title, labelled sections of text); its
 one-line summary is what the event says in behest/wording.py, the words the terminal shows
@@ -9,21 +9,16 @@ the same items as JSON, which inspector.js puts in the page as text, never as ma
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from behest import wording
 from behest.domain import events as ev
 from behest.domain.messages import Message
-from behest.domain.runs import BusyPolicy, Run, RunStatus
-from behest.domain.spend import Money, TokenUsage
-
-# The longest text a section shows (a tool's output may be a megabyte), and a summary.
-MAX_SECTION_CHARS = 20_000
-MAX_SUMMARY_CHARS = 400
+from behest.domain.runs import BusyPolicy, RunStatus
+from behest.domain.waits import ElicitAction
+from behest.web.formats import MAX_SUMMARY_CHARS, clip, pretty_json, stamp, tokens
 
 
 @dataclass(slots=True)
@@ -42,6 +37,7 @@ class Item:
     error: bool = False
     link: str = ""  # a run's page
     status: str = ""  # the run's status once this event happened, when it changes it
+    resolves: str = ""  # the waiting call (its id) this event answers: its form goes
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,6 +228,7 @@ def _approval_requested(it: Item, p: ev.ApprovalRequested, c: Context) -> None:
 
 def _approval_resolved(it: Item, p: ev.ApprovalResolved, c: Context) -> None:
     it.kind, it.title, it.error = "wait", "approval resolved", not p.decision.allows
+    it.resolves = p.call_id
     if p.reason:
         it.sections = [("reason", clip(p.reason))]
 
@@ -243,6 +240,35 @@ def _client_requested(it: Item, p: ev.ClientToolRequested, c: Context) -> None:
 
 def _client_answered(it: Item, p: ev.ClientToolAnswered, c: Context) -> None:
     it.kind, it.title, it.error = "wait", "client tool answered", p.is_error or p.timed_out
+    it.resolves = p.call_id
+
+
+def _question_asked(it: Item, p: ev.ElicitationRequested, c: Context) -> None:
+    it.kind, it.title, it.status = "wait", "question asked", "WAITING_FOR_INPUT"
+    if not it.summary:  # until behest/wording.py has words for it
+        it.summary = f"? {p.tool_name} asks the user: {wording.shorten(p.message)}"
+    it.sections = [
+        ("tool", f"{p.tool_name} (call {p.call_id})"),
+        ("question", clip(p.message)),
+        ("the answer's schema", pretty_json(p.requested_schema)),
+        ("waits until", f"{stamp(p.expires_at)} UTC"),
+        ("question id", p.elicitation_id),
+    ]
+
+
+def _question_answered(it: Item, p: ev.ElicitationAnswered, c: Context) -> None:
+    action = p.action.name.lower()
+    it.kind, it.title, it.resolves = "wait", "question answered", p.elicitation_id
+    it.error = p.timed_out or p.action != ElicitAction.ACCEPT
+    how = "nobody answered in time" if p.timed_out else f"answered by {p.answered_by or '—'}"
+    if p.timed_out:
+        it.title = "question timed out"
+    if p.replayed:
+        it.title += " (replayed)"
+        how += "; the tool ran again and got the stored answer"
+    if not it.summary:  # until behest/wording.py has words for it
+        it.summary = f"← {p.tool_name}: {action}, {how}"
+    it.sections = [("action", action), ("how", how), ("tool", f"{p.tool_name} (call {p.call_id})")]
 
 
 def _sub_started(it: Item, p: ev.SubRunStarted, c: Context) -> None:
@@ -290,54 +316,11 @@ _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
     ev.ApprovalResolved: _approval_resolved,
     ev.ClientToolRequested: _client_requested,
     ev.ClientToolAnswered: _client_answered,
+    ev.ElicitationRequested: _question_asked,
+    ev.ElicitationAnswered: _question_answered,
     ev.SubRunStarted: _sub_started,
     ev.SubRunFinished: _sub_finished,
     ev.OutputRejected: _output_rejected,
     ev.Handoff: _handoff,
     ev.UserMessageAdded: _user_message_added,
 }
-
-
-# --- plain strings ------------------------------------------------------------------------
-
-
-def stamp(moment: datetime) -> str:
-    """A moment in UTC, to the millisecond."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def clip(text: str) -> str:
-    if len(text) <= MAX_SECTION_CHARS:
-        return text
-    return f"{text[:MAX_SECTION_CHARS]}… ({len(text) - MAX_SECTION_CHARS} more characters)"
-
-
-def pretty_json(text: str) -> str:
-    try:
-        return clip(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
-    except ValueError:
-        return clip(text)
-
-
-def tokens(usage: TokenUsage) -> str:
-    return wording.tokens(usage, detail=True)
-
-
-def money(cost: Money | None) -> str:
-    return "—" if cost is None else wording.money(cost)
-
-
-def duration(run: Run, now: datetime) -> str:
-    """How long the run took (or has taken so far)."""
-    end = run.updated_at if run.status.is_terminal else now
-    seconds = max(0.0, (end - run.created_at).total_seconds())
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
-
-
-def trace_id(traceparent: str) -> str:
-    """The trace id of a W3C traceparent ("" without one)."""
-    parts = traceparent.split("-")
-    return parts[1] if len(parts) == 4 else ""

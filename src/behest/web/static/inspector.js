@@ -70,18 +70,37 @@
 
   const TERMINAL = ["COMPLETED", "FAILED", "CANCELLED"];
 
-  // The header follows the run: its status; forms that no longer apply go.
-  function setStatus(name) {
+  // The header follows the run: its status; forms that no longer apply go. A run that comes
+  // to wait while the page is open says so (the page shows the forms once reloaded).
+  function setStatus(name, runLink) {
     const badge = document.getElementById("run-status");
     if (!badge || !name) return;
     badge.textContent = name;
     badge.className = "status st-" + name.toLowerCase();
     const gone = [];
-    if (name !== "WAITING_FOR_INPUT") gone.push("section.waiting");
+    if (name !== "WAITING_FOR_INPUT") gone.push("section.waiting", "#waiting-notice");
     if (TERMINAL.indexOf(name) >= 0) gone.push("form.cancel");
     gone.forEach(function (selector) {
       document.querySelectorAll(selector).forEach(function (node) { node.remove(); });
     });
+    const header = document.getElementById("run-header");
+    const shown = document.querySelector("section.waiting, #waiting-notice");
+    if (name === "WAITING_FOR_INPUT" && header && !shown && RUN_LINK.test(runLink)) {
+      const notice = el("p", "waiting-notice", "The run waits for an answer: ");
+      notice.id = "waiting-notice";
+      const reload = el("a", null, "reload the page to answer");
+      reload.href = runLink;
+      notice.append(reload);
+      header.after(notice);
+    }
+  }
+
+  // A waiting call was answered (here or elsewhere): its form goes, and the section once empty.
+  function resolved(callId) {
+    const pending = byData(document, ".pending", "call", callId);
+    if (pending) pending.remove();
+    const section = document.querySelector("section.waiting");
+    if (section && !section.querySelector(".pending")) section.remove();
   }
 
   function follow(timeline) {
@@ -102,7 +121,8 @@
       timeline.dataset.after = item.last;
       const count = document.getElementById("event-count");
       if (count && Number(count.textContent) < item.last) count.textContent = item.last;
-      setStatus(item.status);
+      if (item.resolves) resolved(item.resolves);
+      setStatus(item.status, timeline.dataset.live.replace(/\/live$/, ""));
       if (timeline.childElementCount >= MAX_LIVE_ITEMS) {
         source.close(); // the page stays small: the rest is on the later pages
         if (state) state.textContent = "paused: many new events \u2014 reload for the later pages";
