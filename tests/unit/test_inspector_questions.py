@@ -155,7 +155,7 @@ def test_the_timeline_says_who_asked_what_and_how_it_was_answered() -> None:
         "question asked",
         "WAITING_FOR_INPUT",
     )
-    assert asked.summary.startswith("? echo__book asks the user: How many?")
+    assert asked.summary.startswith("? echo__book asks: How many? (question q-1")
     assert ("question", "How many?") in asked.sections
     assert '"nights"' in dict(asked.sections)["the answer's schema"]
 
@@ -169,17 +169,17 @@ def test_the_timeline_says_who_asked_what_and_how_it_was_answered() -> None:
         False,
         "q-1",
     )
-    assert "accept, answered by alice" in accepted.summary
+    assert accepted.summary == "← echo__book's question answered: accept by alice"
     timed_out = answered(action=ElicitAction.CANCEL, answered_by="", timed_out=True)
     assert (timed_out.title, timed_out.error) == ("question timed out", True)
-    assert "cancel, nobody answered in time" in timed_out.summary
+    assert timed_out.summary == "← echo__book's question timed out: nobody answered"
     replayed = answered(action=ElicitAction.DECLINE, answered_by="bob", replayed=True)
     assert replayed.title == "question answered (replayed)"
-    assert "decline, answered by bob; the tool ran again" in replayed.summary
+    assert "decline by bob (asked again after a restart" in replayed.summary
 
 
 def test_a_session_s_transcript_shows_a_question_as_a_line() -> None:
     payload = ev.ElicitationRequested("q-1", "call_1", "echo__book", "How many?", "{}", T0)
     shown = chat.item(event(payload), views.Context())
     assert (shown.shows, shown.status) == ("line", "WAITING_FOR_INPUT")
-    assert shown.line.startswith("? echo__book asks the user: How many?")
+    assert shown.line.startswith("? echo__book asks: How many?")

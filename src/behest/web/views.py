@@ -245,8 +245,6 @@ def _client_answered(it: Item, p: ev.ClientToolAnswered, c: Context) -> None:
 
 def _question_asked(it: Item, p: ev.ElicitationRequested, c: Context) -> None:
     it.kind, it.title, it.status = "wait", "question asked", "WAITING_FOR_INPUT"
-    if not it.summary:  # until behest/wording.py has words for it
-        it.summary = f"? {p.tool_name} asks the user: {wording.shorten(p.message)}"
     it.sections = [
         ("tool", f"{p.tool_name} (call {p.call_id})"),
         ("question", clip(p.message)),
@@ -266,8 +264,6 @@ def _question_answered(it: Item, p: ev.ElicitationAnswered, c: Context) -> None:
     if p.replayed:
         it.title += " (replayed)"
         how += "; the tool ran again and got the stored answer"
-    if not it.summary:  # until behest/wording.py has words for it
-        it.summary = f"← {p.tool_name}: {action}, {how}"
     it.sections = [("action", action), ("how", how), ("tool", f"{p.tool_name} (call {p.call_id})")]
 
 
