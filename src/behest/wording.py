@@ -192,6 +192,23 @@ def _user_message_added(p: Any) -> str:
     return f"+ user: {shorten(p.text, 200)}"
 
 
+def _elicitation_requested(p: Any) -> str:
+    asked = shorten(p.message, 200)
+    return f"? {p.tool_name} asks: {asked} (question {p.elicitation_id}{until(p.expires_at)})"
+
+
+_ACTIONS = {"ACCEPT": "answered", "DECLINE": "declined", "CANCEL": "cancelled"}
+
+
+def _elicitation_answered(p: Any) -> str:
+    again = " (the stored answer: the tool asked again)" if p.replayed else ""
+    if p.timed_out:
+        return f"✗ {p.tool_name}'s question timed out: nobody answered{again}"
+    how = _ACTIONS.get(name(p.action).upper(), name(p.action))
+    mark = "✓" if how == "answered" else "✗"
+    return f"{mark} {p.tool_name}'s question {how}{by(p.answered_by)}{again}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -228,6 +245,8 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "tool_retry_scheduled": _retry,
     "handoff": _handoff,
     "user_message_added": _user_message_added,
+    "elicitation_requested": _elicitation_requested,
+    "elicitation_answered": _elicitation_answered,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})
