@@ -163,7 +163,7 @@ async def test_run_in_a_terminal_asks_until_the_answer_fits_and_sends_it(
         await prompted(run)
         os.write(terminal, b'{"nights": "three"}\n')
         said = await prompted(run)
-        assert "  does not fit at /nights: 'three' is not of type 'integer'\n" in said
+        assert "  does not fit at nights: 'three' is not of type 'integer'\n" in said
         os.write(terminal, b'{"nights": 3, "breakfast": true}\n')
         done = await ended(run)
     finally:
@@ -224,9 +224,10 @@ def test_the_terminal_question_accepts_a_fitting_object_declines_empty_cancels_a
             f"  the answer is a JSON object that fits: {json.dumps(SCHEMA)}\n{QUESTION_PROMPT}"
         )
     out = io.StringIO()
-    ask_question(question(), io.StringIO('[1]\n{"nights": 31}\n'), out)
+    ask_question(question(), io.StringIO('[1]\n{}\n{"nights": 31}\n'), out)
     assert "  the answer must be a JSON object\n" in out.getvalue()
-    assert "  does not fit at /nights: 31 is greater than the maximum of 30\n" in out.getvalue()
+    assert "  does not fit at (root): 'nights' is a required property\n" in out.getvalue()
+    assert "  does not fit at nights: 31 is greater than the maximum of 30\n" in out.getvalue()
 
 
 def test_a_pending_question_and_its_events_are_shown_with_how_to_reply() -> None:

@@ -51,8 +51,8 @@ def _content(text: str, schema: dict[str, Any]) -> tuple[dict[str, Any] | None, 
         return None, "the answer must be a JSON object"
     error = best_match(Draft202012Validator(schema).iter_errors(content))
     if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path)
-        return None, f"does not fit{f' at /{where}' if where else ''}: {error.message}"
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        return None, f"does not fit at {where}: {error.message}"
     return content, ""
 
 
