@@ -193,16 +193,20 @@ def _user_message_added(p: Any) -> str:
 
 
 def _elicitation_requested(p: Any) -> str:
-    question = f"question {p.elicitation_id}{until(p.expires_at)}"
-    return f"? {p.tool_name} asks: {shorten(p.message, 200)} ({question})"
+    asked = shorten(p.message, 200)
+    return f"? {p.tool_name} asks: {asked} (question {p.elicitation_id}{until(p.expires_at)})"
+
+
+_ACTIONS = {"ACCEPT": "answered", "DECLINE": "declined", "CANCEL": "cancelled"}
 
 
 def _elicitation_answered(p: Any) -> str:
+    again = " (the stored answer: the tool asked again)" if p.replayed else ""
     if p.timed_out:
-        return f"← {p.tool_name}'s question timed out: nobody answered"
-    how = name(p.action).lower()
-    again = " (asked again after a restart: the stored answer)" if p.replayed else ""
-    return f"← {p.tool_name}'s question answered: {how}{by(p.answered_by)}{again}"
+        return f"✗ {p.tool_name}'s question timed out: nobody answered{again}"
+    how = _ACTIONS.get(name(p.action).upper(), name(p.action))
+    mark = "✓" if how == "answered" else "✗"
+    return f"{mark} {p.tool_name}'s question {how}{by(p.answered_by)}{again}"
 
 
 def _output_rejected(p: Any) -> str:

@@ -7,8 +7,8 @@ recipes it runs with `@runs(...)`; a test checks that the declared recipes are e
 doc's, and a fixture checks that each test ran what it declared, so the doc and these tests
 cannot drift apart. The address is replaced by the test server's, `RUN_ID` by a run the test
 made, `SESSION_ID` by a session it made (the recipe's `session_id` given to `run`), `CALL_ID` by
-one of its waiting calls, and `input` by a unique one (except where the doc's script is the
-point).
+one of its waiting calls, `ELICITATION_ID` by one of its questions, and `input` by a unique
+one (except where the doc's script is the point).
 
 Recipes with `-cacert ca.crt` instead of `-plaintext` run against a TLS server started for
 them (certificates made by tests/certs.py): with `-cert client.crt -key client.key` one that
@@ -45,6 +45,7 @@ from behest._proto.agent.v1 import session_pb2_grpc as session_rpc
 from behest.domain.callers import Caller
 from behest.errors import Unauthenticated
 from tests.certs import CertificateAuthority, Pem
+from tests.e2e.test_elicitation import BOOK, echo_servers
 from tests.e2e.test_outcome_unknown import cut_unsafe_call, until_unknown
 from tests.support import (
     Server,
@@ -88,6 +89,7 @@ RUN_RPCS = (
     "WatchRunEvents",
     "SubmitApprovals",
     "SubmitToolResults",
+    "SubmitElicitationAnswers",
     "ListPendingCalls",
     "ListRunEvents",
     "CreateStreamTicket",
@@ -108,6 +110,8 @@ WAIT_EVENTS = (
     "approval_resolved",
     "client_tool_requested",
     "client_tool_answered",
+    "elicitation_requested",
+    "elicitation_answered",
 )
 
 CALCULATOR = {"name": "calculator", "arguments": {"expression": "2+2"}}
@@ -116,6 +120,7 @@ CALCULATOR = {"name": "calculator", "arguments": {"expression": "2+2"}}
 EXIT_FAILED_PRECONDITION = 64 + 9
 EXIT_NOT_FOUND = 64 + 5
 EXIT_OUT_OF_RANGE = 64 + 11
+EXIT_INVALID_ARGUMENT = 64 + 3
 
 
 # --- the doc's recipes ------------------------------------------------------------------------
@@ -308,6 +313,7 @@ class Recipes:
         run_id: str = "",
         call_id: str = "",
         execution_id: str = "",
+        elicitation_id: str = "",
         token: str = "",
         client: Pem | None = None,
         **data: Any,
@@ -344,6 +350,9 @@ class Recipes:
         if "EXECUTION_ID" in " ".join(argv):
             assert execution_id, f"recipe {key!r} needs an execution id"
             argv = [a.replace("EXECUTION_ID", execution_id) for a in argv]
+        if "ELICITATION_ID" in " ".join(argv):
+            assert elicitation_id, f"recipe {key!r} needs an elicitation id"
+            argv = [a.replace("ELICITATION_ID", elicitation_id) for a in argv]
         assert "SESSION_ID" not in " ".join(argv), f"recipe {key!r} needs a session_id"
         self.ran.add(key)
         return await grpcurl(argv)
@@ -1210,6 +1219,63 @@ async def test_the_client_tools_result_is_what_the_model_sees(recipes: Recipes) 
     assert answered.code == 0, answered.stderr
     events = await finished(recipes.server, run_id)
     assert text_of(events) == f"lookup: {output}"
+
+
+def doc_sample(marker: str) -> Any:
+    """The doc's one ```json sample that holds `marker`, parsed."""
+    blocks = re.findall(r"^```json\n(.*?)^```", DOC.read_text(), flags=re.MULTILINE | re.DOTALL)
+    [sample] = [json.loads(block) for block in blocks if marker in block]
+    return sample
+
+
+@runs("agent.v1.RunService/ListPendingCalls", "agent.v1.RunService/SubmitElicitationAnswers")
+async def test_a_tools_question_is_listed_as_the_doc_shows_and_answered(
+    recipes: Recipes, tmp_path: Path
+) -> None:
+    server = await start_server(fast_settings(tmp_path / "asking", mcp=echo_servers()))
+    book = Recipes(server, recipes.tls)
+    try:
+        run_id = (await server.runs.CreateRun(create_request(BOOK, model="script"))).run_id
+        watch = server.runs.WatchRunEvents(pb.WatchRunEventsRequest(run_id=run_id))
+        async for event in watch:
+            if kind(event) == "elicitation_requested":
+                watch.cancel()
+                break
+        listed = await book.run("agent.v1.RunService/ListPendingCalls", run_id=run_id)
+        assert listed.code == 0, listed.stderr
+        [waiting] = field(listed.json(), "calls")
+        question = field(waiting, "elicitation")
+        elicitation_id = field(question, "elicitation_id")
+        assert re.fullmatch(r"call_1_1~1-[0-9a-f]{12}", elicitation_id)
+        # As the doc shows it, but for the question's digest and the times.
+        [shown] = doc_sample("PENDING_CALL_KIND_ELICITATION")["calls"]
+        seen = json.loads(json.dumps(waiting).replace(elicitation_id, shown["call"]["id"]))
+        seen.update(requested_at=shown["requested_at"], expires_at=shown["expires_at"])
+        for call in (seen, shown):
+            asked = call["elicitation"]
+            asked["requested_schema"] = json.loads(asked["requested_schema"])
+        assert seen == shown
+
+        key = "agent.v1.RunService/SubmitElicitationAnswers"
+        recipe = book.by_key[key]
+        assert recipe.data is not None
+        too_many = [{**recipe.data["answers"][0], "content": '{"nights": 31}'}]
+        wrong = await book.run(key, run_id=run_id, elicitation_id=elicitation_id, answers=too_many)
+        assert wrong.code == EXIT_INVALID_ARGUMENT, wrong.stderr
+        assert wrong.error()[1].startswith(
+            "answers[0].content does not match the question's schema at nights: 31 is greater"
+        )
+        answered = await book.run(key, run_id=run_id, elicitation_id=elicitation_id)
+        assert answered.code == 0, answered.stderr
+        assert answered.json() == {}
+        events = await finished(server, run_id)
+    finally:
+        recipes.ran |= book.ran
+        await stop_server(server)
+    assert kind(events[-1]) == "run_completed"
+    [told] = [e.elicitation_answered for e in events if kind(e) == "elicitation_answered"]
+    assert told.action == pb.ELICITATION_ACTION_ACCEPT
+    assert text_of(events).startswith("echo__book: booked 2 night(s) in Lisbon (server pid")
 
 
 # --- tool executions -------------------------------------------------------------------------

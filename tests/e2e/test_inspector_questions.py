@@ -87,7 +87,7 @@ async def test_a_question_is_answered_from_the_run_page_after_a_refused_answer(
         await page.wait_for_url(f"{web.base}/runs/{run_id}")
         await expect(page.locator("#run-status")).to_have_text("COMPLETED", timeout=20_000)
         answered = page.locator("li.item[data-name=elicitation_answered]")
-        await expect(answered).to_contain_text("question answered: accept by alice")
+        await expect(answered).to_contain_text("question answered by alice")
         await expect(page.locator("#timeline")).to_contain_text("booked 2 night(s) in Lisbon (")
         await expect(page.locator("section.waiting")).to_have_count(0)
         await screenshot(page, "question-answered")
@@ -126,7 +126,7 @@ async def test_a_question_asked_while_the_page_is_open_is_announced_and_declined
         await page.wait_for_url(f"{web.base}/runs/{run_id}")
         await expect(page.locator("#run-status")).to_have_text("COMPLETED", timeout=20_000)
         answered = page.locator("li.item.error[data-name=elicitation_answered]")
-        await expect(answered).to_contain_text("question answered: decline by alice")
+        await expect(answered).to_contain_text("question declined by alice")
         await expect(page.locator("#timeline")).to_contain_text(
             "not booked: the user chose decline"
         )

@@ -49,6 +49,7 @@ def test_enums_mirror_the_protos() -> None:
         (c.BudgetKind, run_pb2.BudgetKind, "BUDGET_KIND_"),
         (c.Decision, run_pb2.ApprovalDecision, "APPROVAL_DECISION_"),
         (c.PendingCallKind, run_pb2.PendingCallKind, "PENDING_CALL_KIND_"),
+        (c.ElicitAction, run_pb2.ElicitationAction, "ELICITATION_ACTION_"),
     ]:
         assert issubclass(ours, enum.IntEnum)
         wire = {name.removeprefix(prefix): value for name, value in theirs.items()}

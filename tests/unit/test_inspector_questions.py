@@ -169,13 +169,13 @@ def test_the_timeline_says_who_asked_what_and_how_it_was_answered() -> None:
         False,
         "q-1",
     )
-    assert accepted.summary == "← echo__book's question answered: accept by alice"
+    assert accepted.summary == "✓ echo__book's question answered by alice"
     timed_out = answered(action=ElicitAction.CANCEL, answered_by="", timed_out=True)
     assert (timed_out.title, timed_out.error) == ("question timed out", True)
-    assert timed_out.summary == "← echo__book's question timed out: nobody answered"
+    assert timed_out.summary == "✗ echo__book's question timed out: nobody answered"
     replayed = answered(action=ElicitAction.DECLINE, answered_by="bob", replayed=True)
     assert replayed.title == "question answered (replayed)"
-    assert "decline by bob (asked again after a restart" in replayed.summary
+    assert "declined by bob (the stored answer: the tool asked again)" in replayed.summary
 
 
 def test_a_session_s_transcript_shows_a_question_as_a_line() -> None:

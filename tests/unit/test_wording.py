@@ -54,8 +54,8 @@ SAMPLES: list[ev.Payload] = [
     ev.ToolRetryScheduled("call-1", "lookup", "x-2", 2, "a retryable error"),
     ev.Handoff("call-2", "triage", 1, "billing", 4, "a refund"),
     ev.UserMessageAdded("m-1", "and in French, please"),
-    ev.ElicitationRequested("call-1~1-ab", "call-1", "book", "How many nights?", "{}", WHEN),
-    ev.ElicitationAnswered("call-1~1-ab", "call-1", "book", ElicitAction.ACCEPT, "alice"),
+    ev.ElicitationRequested("call-1~1-ab12", "call-1", "book", "How many nights?", "{}", WHEN),
+    ev.ElicitationAnswered("call-1~1-ab12", "call-1", "book", ElicitAction.DECLINE, "alice"),
 ]
 
 
@@ -98,6 +98,23 @@ def test_lines_in_the_words_the_cli_has_always_written() -> None:
     assert lines["handoff"] == "⇄ handed off from triage@1 to billing@4: a refund"
     assert lines["user_message_added"] == "+ user: and in French, please"
     assert lines["model_started"] == "· model call: script, iteration 3 (billing@4)"
+    assert lines["elicitation_requested"] == (
+        "? book asks: How many nights? (question call-1~1-ab12, until 2026-12-01 17:05:09Z)"
+    )
+    assert lines["elicitation_answered"] == "✗ book's question declined by alice"
+
+
+def test_how_a_question_was_answered() -> None:
+    def answered(action: ElicitAction, **flags: bool) -> str | None:
+        return both(ev.ElicitationAnswered("q", "c", "book", action, "bob", **flags))[1]
+
+    assert answered(ElicitAction.ACCEPT) == "✓ book's question answered by bob"
+    assert answered(ElicitAction.CANCEL) == "✗ book's question cancelled by bob"
+    assert answered(ElicitAction.ACCEPT, replayed=True) == (
+        "✓ book's question answered by bob (the stored answer: the tool asked again)"
+    )
+    timed_out = ev.ElicitationAnswered("q", "c", "book", ElicitAction.CANCEL, "", timed_out=True)
+    assert both(timed_out)[1] == "✗ book's question timed out: nobody answered"
 
 
 def test_deltas_and_kinds_newer_than_this_code_have_no_line() -> None:

@@ -1,9 +1,9 @@
 """The `behest` command's entry: its parser, the client the commands share, and how errors
 end it. Its commands: serve.py (`serve`, `token new`), runs.py (`run`, `watch`, `runs …`),
-waits.py (`approve`, `answer`, `pending`), catalog.py (sessions, tools, providers, usage,
-a run's stored events, pruning), agents.py (`agents …`: stored agents and agent files),
-worker.py (`worker run`: a module's behest.worker.Worker);
-render.py and formats.py write what they show.
+waits.py (`approve`, `answer`, `reply`, `pending`), catalog.py (sessions, tools, providers,
+usage, a run's stored events, pruning), agents.py (`agents …`: stored agents and agent files),
+worker.py (`worker run`: a module's behest.worker.Worker); render.py, formats.py and
+questions.py (a tool's question) write what they show.
 
 Exit codes: 0 the run completed (or the command succeeded), 1 the run failed or was
 cancelled, 2 an RPC or usage error, 130 interrupted (the run itself goes on in the server).

@@ -269,6 +269,8 @@ def _kind(value: PendingCallKind) -> str:
         return "client result"
     if value == PendingCallKind.OUTCOME_UNKNOWN:
         return "reconciliation"
+    if value == PendingCallKind.ELICITATION:
+        return "reply"
     return str(value.value)  # a kind newer than this CLI
 
 

@@ -6,6 +6,7 @@ from typing import TextIO
 
 from behest import wording
 from behest.cli.formats import EXIT_OK, EXIT_RUN_NOT_COMPLETED
+from behest.cli.questions import fits, how_to_reply
 from behest.client import Event, ModelStarted, ReasoningDelta, RunStarted, TextDelta
 
 # The kinds the terminal shows, each as its line (behest/wording.py, which the inspector's
@@ -31,6 +32,8 @@ SHOWN = frozenset(
         "tool_execution_reconciled",
         "tool_retry_scheduled",
         "handoff",
+        "elicitation_requested",
+        "elicitation_answered",
     }
 )
 # The exit code each terminal event gives.
@@ -45,9 +48,10 @@ class EventPrinter:
     """Renders a run's events for a terminal: text inline, tools and outcome on their lines.
 
     A call the run waits for is shown with how to answer it (on `err`): `behest answer` for
-    a client tool, `behest approve` for an approval unless `approval_hints` is off (the
-    command asks at the terminal instead). The model's reasoning goes to `err`, after
-    "thinking: " (dimmed on a terminal), so `out` carries the answer alone."""
+    a client tool, `behest approve` for an approval and `behest reply` for a tool's question
+    unless `approval_hints` is off (the command asks at the terminal instead). The model's
+    reasoning goes to `err`, after "thinking: " (dimmed on a terminal), so `out` carries the
+    answer alone."""
 
     def __init__(self, out: TextIO, err: TextIO, *, approval_hints: bool = True) -> None:
         self.out = out
@@ -94,6 +98,10 @@ class EventPrinter:
                 f"to reconcile: behest reconcile {execution} --ran OUTPUT [--error] | "
                 "--did-not-run | --give-up [--reason TEXT]"
             )
+            return
+        if kind == "elicitation_requested" and self.approval_hints:
+            self._hint(fits(getattr(data, "requested_schema", "")))
+            self._hint(f"to reply: {how_to_reply(run_id, getattr(data, 'elicitation_id', ''))}")
             return
         call = getattr(data, "call", None)
         if call is None:

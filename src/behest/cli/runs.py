@@ -9,7 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from behest.cli import inputs, waits
+from behest.cli import inputs, questions, waits
 from behest.cli.formats import (
     EXIT_OK,
     EXIT_RUN_NOT_COMPLETED,
@@ -81,14 +81,15 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
 
 def _run(args: argparse.Namespace, printer: EventPrinter, client: ClientFactory) -> int:
     options = inputs.run_options(args, waits.wait_options(args))
-    # In a terminal approvals are asked for; otherwise shown with how to answer them.
+    # In a terminal approvals and questions are asked; otherwise shown with how to answer them.
     interactive = waits.is_terminal(sys.stdin)
     printer.approval_hints = not interactive
     approve = waits.terminal_approver(sys.stdin, sys.stderr) if interactive else None
+    reply = questions.terminal_questioner(sys.stdin, sys.stderr) if interactive else None
 
     async def go() -> int:
         async with client(args) as behest:
-            events = behest.stream_run(args.input, options, approve=approve)
+            events = behest.stream_run(args.input, options, approve=approve, answer_question=reply)
             return await _render_all(events, printer)
 
     return asyncio.run(go())

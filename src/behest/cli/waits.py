@@ -1,10 +1,13 @@
-"""The `behest` commands of runs that wait: `approve`, `answer` and `pending`, the waiting
-options of `behest run`, and its question at the terminal when a call waits for an approval.
+"""The `behest` commands of runs that wait: `approve`, `answer`, `reply` and `pending`, the
+waiting options of `behest run`, and its questions at the terminal when a call waits for an
+approval or a running tool asks the user something.
 
-`behest run` in a terminal asks `allow? [y/N/a(lways)]` for each approval request and sends
-the answer; with stdin not a terminal it asks nothing and prints how to answer instead
-(`behest approve RUN_ID CALL_ID`), and goes on streaming. Client tool calls are printed with
-how to send their result (`behest answer RUN_ID CALL_ID --output TEXT`).
+`behest run` in a terminal asks `allow? [y/N/a(lways)]` for each approval request, and for a
+tool's question a JSON object that fits the question's schema (an empty line declines, end of
+input cancels), and sends the answer; with stdin not a terminal it asks nothing and prints how
+to answer instead (`behest approve RUN_ID CALL_ID`, `behest reply RUN_ID ELICITATION_ID`), and
+goes on streaming. Client tool calls are printed with how to send their result (`behest answer
+RUN_ID CALL_ID --output TEXT`).
 """
 
 from __future__ import annotations
@@ -12,11 +15,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from behest.cli.formats import EXIT_OK, format_pending
-from behest.client import Approval, BehestClient, ClientTool, Decision, PendingCall, WaitingCall
+from behest.cli.questions import format_questions
+from behest.client import (
+    Approval,
+    BehestClient,
+    ClientTool,
+    Decision,
+    ElicitAction,
+    PendingCall,
+    Reply,
+    WaitingCall,
+)
 
 # What a denial at the terminal tells the model.
 DENIED_AT_THE_TERMINAL = "denied at the terminal"
@@ -161,8 +176,23 @@ def add_commands(commands: Any, server: argparse.ArgumentParser, client: ClientF
     answer.add_argument("--error", action="store_true", help="the tool failed; TEXT says how")
     answer.set_defaults(func=lambda args, printer: _answer(args, client))
 
+    reply = commands.add_parser(
+        "reply", parents=[server], help="answer a question a running tool asked"
+    )
+    reply.add_argument("run_id")
+    reply.add_argument("elicitation_id")
+    how = reply.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--accept",
+        metavar="JSON",
+        help="the answer: a JSON object that fits the question's schema (@FILE, or - for stdin)",
+    )
+    how.add_argument("--decline", action="store_true", help="refuse to answer")
+    how.add_argument("--cancel", action="store_true", help="dismiss the question")
+    reply.set_defaults(func=lambda args, printer: _reply(args, client))
+
     pending = commands.add_parser(
-        "pending", parents=[server], help="list the calls a run waits for"
+        "pending", parents=[server], help="list the calls and questions a run waits for"
     )
     pending.add_argument("run_id")
     pending.set_defaults(func=lambda args, printer: _pending(args, client))
@@ -199,13 +229,57 @@ def _answer(args: argparse.Namespace, client: ClientFactory) -> int:
     return EXIT_OK
 
 
+def _reply(args: argparse.Namespace, client: ClientFactory) -> int:
+    if args.accept is not None:
+        reply, done = Reply(ElicitAction.ACCEPT, _accepted(args.accept)), "answered"
+    elif args.decline:
+        reply, done = Reply(ElicitAction.DECLINE), "declined"
+    else:
+        reply, done = Reply(ElicitAction.CANCEL), "cancelled"
+
+    async def go() -> list[str]:
+        async with client(args) as behest:
+            answers = {args.elicitation_id: reply}
+            return await behest.submit_elicitation_answers(args.run_id, answers)
+
+    waiting = asyncio.run(go())
+    print(f"{done}: question {args.elicitation_id} of run {args.run_id}")
+    _print_waiting(waiting)
+    return EXIT_OK
+
+
+def _accepted(value: str) -> dict[str, Any]:
+    """--accept's JSON object: the text, @FILE's, or stdin's for -."""
+    try:
+        if value == "-":
+            text = sys.stdin.read()
+        elif value.startswith("@"):
+            text = Path(value[1:]).read_text()
+        else:
+            text = value
+    except OSError as exc:
+        raise UsageError(f"--accept: {exc}") from None
+    try:
+        content = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--accept: the JSON text is not valid ({exc})") from None
+    if not isinstance(content, dict):
+        raise UsageError("--accept: the answer must be a JSON object")
+    return content
+
+
 def _pending(args: argparse.Namespace, client: ClientFactory) -> int:
     async def go() -> list[PendingCall]:
         async with client(args) as behest:
             return await behest.pending_calls(args.run_id)
 
     calls = asyncio.run(go())
-    print(format_pending(calls) if calls else f"run {args.run_id} waits for no call")
+    if not calls:
+        print(f"run {args.run_id} waits for no call")
+        return EXIT_OK
+    print(format_pending(calls))
+    for question in format_questions(args.run_id, calls):
+        print(question)
     return EXIT_OK
 
 

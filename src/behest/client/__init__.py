@@ -20,6 +20,7 @@ from behest.client._enums import (
     BusyPolicy,
     CancelSource,
     Decision,
+    ElicitAction,
     ExecutionStatus,
     FailureCode,
     FinishReason,
@@ -54,6 +55,8 @@ from behest.client._events import (
     CompactionStarted,
     ContextBuilt,
     DoomLoopDetected,
+    ElicitationAnswered,
+    ElicitationRequested,
     Event,
     EventData,
     Handoff,
@@ -80,7 +83,13 @@ from behest.client._events import (
     UserMessageAdded,
 )
 from behest.client._options import ClientToolSpec, RunOptions
-from behest.client._records import ExecutionTransition, Reconciled, StreamTicket, ToolExecution
+from behest.client._records import (
+    Elicitation,
+    ExecutionTransition,
+    Reconciled,
+    StreamTicket,
+    ToolExecution,
+)
 from behest.client._types import (
     Budget,
     ContentPart,
@@ -107,7 +116,17 @@ from behest.client._types import (
     Usage,
     attachment,
 )
-from behest.client._waits import Approval, Approver, ClientTool, ToolFunction, WaitingCall
+from behest.client._waits import (
+    Approval,
+    Approver,
+    ClientTool,
+    Question,
+    QuestionHandler,
+    QuestionReply,
+    Reply,
+    ToolFunction,
+    WaitingCall,
+)
 
 __all__ = [
     "Aborted",
@@ -142,6 +161,10 @@ __all__ = [
     "DeadlineExceeded",
     "Decision",
     "DoomLoopDetected",
+    "ElicitAction",
+    "Elicitation",
+    "ElicitationAnswered",
+    "ElicitationRequested",
     "Event",
     "EventData",
     "ExecutionStatus",
@@ -166,9 +189,13 @@ __all__ = [
     "PendingCallKind",
     "PermissionDenied",
     "Provider",
+    "Question",
+    "QuestionHandler",
+    "QuestionReply",
     "Reasoning",
     "ReasoningDelta",
     "Reconciled",
+    "Reply",
     "ResourceExhausted",
     "ResponseFormat",
     "Run",

@@ -30,6 +30,7 @@ from behest.client._errors import Unavailable, error_of
 from behest.client._events import Event
 from behest.client._executions import ToolExecutions
 from behest.client._options import RunOptions
+from behest.client._reading import enum_of
 from behest.client._session_calls import SessionCalls
 from behest.client._types import (
     CreatedRun,
@@ -40,7 +41,15 @@ from behest.client._types import (
     Tool,
     Usage,
 )
-from behest.client._waits import Approval, Approver, Attendant, ClientTool, ToolFunction
+from behest.client._waits import (
+    Approval,
+    Approver,
+    Attendant,
+    ClientTool,
+    QuestionHandler,
+    QuestionReply,
+    ToolFunction,
+)
 from behest.client._waits import tool_functions as _functions
 
 _DEFAULTS = RunOptions()
@@ -133,13 +142,16 @@ class BehestClient(ToolExecutions, AgentCalls, SessionCalls):
         *,
         client_request_id: str = "",
         approve: Approver | None = None,
+        answer_question: QuestionHandler | None = None,
     ) -> AsyncIterator[Event]:
         """Create a run and yield its events to the terminal one, resuming after breaks.
 
-        With `approve`, or client tools given as ClientTool(run=function), the waiting calls
-        they cover are answered after their request event is yielded (_waits.py)."""
+        With `approve`, client tools given as ClientTool(run=function), or `answer_question`
+        (for the questions running tools ask), the waiting calls they cover are answered after
+        their request event is yielded (_waits.py)."""
         request = _wire.create_request(input, options, client_request_id or str(uuid.uuid4()))
-        attendant = Attendant(self, approve, _functions(options.client_tools))
+        tools = _functions(options.client_tools)
+        attendant = Attendant(self, approve, tools, answer_question)
         async for event in self._follow(request, "", 0):
             yield event
             await attendant.on_event(event)
@@ -151,10 +163,13 @@ class BehestClient(ToolExecutions, AgentCalls, SessionCalls):
         *,
         approve: Approver | None = None,
         client_tools: Mapping[str, ClientTool | ToolFunction] | None = None,
+        answer_question: QuestionHandler | None = None,
     ) -> AsyncIterator[Event]:
         """Yield a run's events with sequence > `after` to the terminal one, resuming; the
-        waiting calls `approve` and `client_tools` cover are answered as in stream_run."""
-        attendant = Attendant(self, approve, _functions(client_tools or {}))
+        waiting calls `approve`, `client_tools` and `answer_question` cover are answered as
+        in stream_run."""
+        tools = _functions(client_tools or {})
+        attendant = Attendant(self, approve, tools, answer_question)
         async for event in self._follow(None, run_id, after):
             yield event
             await attendant.on_event(event)
@@ -164,7 +179,7 @@ class BehestClient(ToolExecutions, AgentCalls, SessionCalls):
         already cancelled answers CANCELLED again."""
         request = _wire.run.CancelRunRequest(run_id=run_id, reason=reason)
         response = await self._unary(self._s.runs.CancelRun, request)
-        return _wire.enum_of(RunStatus, response.status)
+        return enum_of(RunStatus, response.status)
 
     async def get_run(self, run_id: str) -> Run:
         """One run's record."""
@@ -231,6 +246,17 @@ class BehestClient(ToolExecutions, AgentCalls, SessionCalls):
         the run's calls still waiting. Retried and refused as submit_approvals."""
         request = _wire.results_request(run_id, results)
         return list((await self._unary(self._s.runs.SubmitToolResults, request)).waiting_call_ids)
+
+    async def submit_elicitation_answers(
+        self, run_id: str, answers: Mapping[str, QuestionReply]
+    ) -> list[str]:
+        """Answer questions running tools asked (elicitation id → the content of an accepted
+        answer, a dict; ElicitAction.DECLINE or CANCEL; or a Reply), all or nothing; the run's
+        calls still waiting. Content that does not fit the question's schema is
+        InvalidArgument; otherwise retried and refused as submit_approvals."""
+        request = _wire.elicitation_answers_request(run_id, answers)
+        response = await self._unary(self._s.runs.SubmitElicitationAnswers, request)
+        return list(response.waiting_call_ids)
 
     async def pending_calls(self, run_id: str) -> list[PendingCall]:
         """The run's calls that wait for an answer now, in the order the model made them."""

@@ -115,6 +115,19 @@ class PendingCallKind(enum.IntEnum):
     APPROVAL = 1
     CLIENT_TOOL = 2
     OUTCOME_UNKNOWN = 3  # a reconciliation of its execution (BehestClient.reconcile)
+    # A running tool asked the user a question (BehestClient.submit_elicitation_answers).
+    ELICITATION = 4
+
+
+class ElicitAction(enum.IntEnum):
+    """How a question of a running tool is answered (agent.v1.ElicitationAction): ACCEPT
+    (the content goes to the tool), DECLINE (the user refused), CANCEL (the user dismissed it;
+    also the server's for a question nobody answered in time)."""
+
+    UNSPECIFIED = 0
+    ACCEPT = 1
+    DECLINE = 2
+    CANCEL = 3
 
 
 class ExecutionStatus(enum.IntEnum):

@@ -26,6 +26,8 @@ from behest.client._enums import (
     RunStatus,
 )
 from behest.client._tool_events import (
+    ElicitationAnswered,
+    ElicitationRequested,
     Handoff,
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
@@ -318,6 +320,8 @@ EventData = (
     | ToolRetryScheduled
     | Handoff
     | UserMessageAdded
+    | ElicitationRequested
+    | ElicitationAnswered
 )
 
 

@@ -1,8 +1,10 @@
 """The client's types of tool executions (ToolExecutionService): an execution, its
-transitions, and what a reconciliation did; and a stream ticket (RunService)."""
+transitions, and what a reconciliation did; a question a running tool asked (a pending
+call's); and a stream ticket (RunService)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -64,3 +66,30 @@ class StreamTicket:
     ticket: str = field(repr=False)
     expires_at: datetime | None = None
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Elicitation:
+    """A question a running tool asked the user: answered by its `elicitation_id`, by an
+    accepted answer whose content (a JSON object) fits `requested_schema` (JSON text;
+    `schema`: parsed)."""
+
+    elicitation_id: str
+    call_id: str  # the tool call that asked
+    tool_name: str
+    message: str
+    requested_schema: str = ""
+    raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return json_object(self.requested_schema)
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """JSON text of an object as a dict; {} for anything else."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

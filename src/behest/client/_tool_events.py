@@ -1,13 +1,15 @@
 """The events of tool calls beyond their start and end, as the client reads them: an outcome
-unknown, its reconciliation, a retry, a handoff (one type per AgentEvent kind, like
-client/_events.py's)."""
+unknown, its reconciliation, a retry, a handoff, a question to the user and its answer (one
+type per AgentEvent kind, like client/_events.py's)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from behest.client._enums import Verdict
+from behest.client._enums import ElicitAction, Verdict
+from behest.client._records import json_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +68,37 @@ class Handoff:
     to_agent: str = ""
     to_version: int = 0
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ElicitationRequested:
+    """A running tool asked the user a question: the call waits for the answer
+    (BehestClient.submit_elicitation_answers, by `elicitation_id`) until `expires_at`, the run
+    WAITING_FOR_INPUT meanwhile. An accepted answer's content is a JSON object that fits
+    `requested_schema` (JSON text; `schema`: parsed)."""
+
+    elicitation_id: str = ""
+    call_id: str = ""
+    tool_name: str = ""
+    message: str = ""
+    requested_schema: str = ""
+    expires_at: datetime | None = None
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return json_object(self.requested_schema)
+
+
+@dataclass(frozen=True, slots=True)
+class ElicitationAnswered:
+    """How a question was answered and by whom (the content goes to the tool only);
+    `timed_out`: nobody answered in time (CANCEL); `replayed`: the tool ran again after a
+    restart, asked again and got the stored answer."""
+
+    elicitation_id: str = ""
+    call_id: str = ""
+    tool_name: str = ""
+    action: ElicitAction = ElicitAction.UNSPECIFIED
+    answered_by: str = ""
+    timed_out: bool = False
+    replayed: bool = False

@@ -21,6 +21,7 @@ from behest.client._enums import (
     PendingCallKind,
     RunStatus,
 )
+from behest.client._records import Elicitation
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +233,8 @@ class Output:
 
 @dataclass(frozen=True, slots=True)
 class PendingCall:
-    """A call a run waits for: an approval or a client tool's result."""
+    """A call a run waits for: an approval, a client tool's result, a reconciliation or the
+    answer to a question (its `call` then has the elicitation id and the tool's name)."""
 
     call: ToolCall
     kind: PendingCallKind
@@ -240,6 +242,8 @@ class PendingCall:
     expires_at: datetime | None = None
     # With OUTCOME_UNKNOWN: the execution to reconcile.
     execution_id: str = ""
+    # With ELICITATION: the question.
+    elicitation: Elicitation | None = None
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

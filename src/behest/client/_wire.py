@@ -1,18 +1,15 @@
 """The client's one meeting point with the wire: the generated stubs, requests built from
-behest's types, and replies read into them. The only module of the client that imports
-`behest._proto`; an enum value newer than this client reads as UNSPECIFIED."""
+behest's types, and replies read into them (field by field: `_reading.py`). The only module
+of the client that imports `behest._proto`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc.aio
 from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message as ProtoMessage
 
 from behest._proto.agent.v1 import (
     agent_pb2,
@@ -30,14 +27,13 @@ from behest._proto.agent.v1 import (
 from behest.client import _agents, _enums, _records, _types
 from behest.client._events import EVENT_TYPES, Event
 from behest.client._options import RunOptions
-from behest.client._waits import Approval, ClientTool
+from behest.client._reading import cost_of, read, time_of, tokens_of
+from behest.client._waits import Approval, ClientTool, QuestionReply, reply_of
 
 # Request classes, for the client.
 run, catalog, session, execution = run_pb2, catalog_pb2, session_pb2, execution_pb2
 agents = agent_pb2
 Pagination = common_pb2.Pagination
-_Enum = TypeVar("_Enum", bound=_enums.enum.IntEnum)
-_T = TypeVar("_T")
 
 
 class Stubs:
@@ -156,97 +152,26 @@ def results_request(run_id: str, results: Mapping[str, str | tuple[str, bool]]) 
     return run_pb2.SubmitToolResultsRequest(run_id=run_id, results=answers)
 
 
-# --- replies: each field read by its wire type, by name, into behest's type --------------------
+def elicitation_answers_request(run_id: str, answers: Mapping[str, QuestionReply]) -> Any:
+    """SubmitElicitationAnswersRequest of a mapping elicitation id → a Reply, an ElicitAction,
+    or the content of an accepted answer (a JSON object); the server checks the content."""
+    items = []
+    for elicitation_id, given in answers.items():
+        reply = reply_of(given)
+        content = "" if reply.content is None else json.dumps(dict(reply.content))
+        if reply.action == _enums.ElicitAction.ACCEPT and reply.content is None:
+            content = "{}"
+        items.append(
+            run_pb2.ElicitationAnswer(
+                elicitation_id=elicitation_id,
+                action=reply.action.value,  # type: ignore[arg-type]
+                content=content,
+            )
+        )
+    return run_pb2.SubmitElicitationAnswersRequest(run_id=run_id, answers=items)
 
 
-def enum_of(cls: type[_Enum], value: int) -> _Enum:
-    """The client's enum member of a wire value."""
-    try:
-        return cls(value)
-    except ValueError:
-        return cls(0)  # a value newer than this client
-
-
-def _time(ts: Any) -> datetime | None:
-    return ts.ToDatetime(tzinfo=UTC) if ts.seconds or ts.nanos else None
-
-
-def _usage(usage: Any) -> _types.TokenUsage:
-    return _read(_types.TokenUsage, usage)
-
-
-def _cost(message: Any, name: str) -> _types.Cost | None:
-    return _value(message, message.DESCRIPTOR.fields_by_name[name])
-
-
-def _part(part: Any) -> _types.ContentPart:
-    kind = part.WhichOneof("content")
-    cls = _PARTS.get(kind or "")
-    if cls is None:
-        return _types.TextPart("")  # a kind of part newer than this client
-    return _read(cls, getattr(part, kind))
-
-
-_PARTS: dict[str, type[Any]] = {
-    "text": _types.TextPart,
-    "json": _types.JsonPart,
-    "image": _types.ImagePart,
-    "file": _types.FilePart,
-}
-_ENUMS: dict[str, type[Any]] = {
-    "agent.v1.RunStatus": _enums.RunStatus,
-    "agent.v1.FinishReason": _enums.FinishReason,
-    "agent.v1.FailureCode": _enums.FailureCode,
-    "agent.v1.CancelSource": _enums.CancelSource,
-    "agent.v1.BusyPolicy": _enums.BusyPolicy,
-    "agent.v1.BudgetKind": _enums.BudgetKind,
-    "agent.v1.ApprovalDecision": _enums.Decision,
-    "agent.v1.PendingCallKind": _enums.PendingCallKind,
-    "agent.v1.ToolExecutionStatus": _enums.ExecutionStatus,
-    "agent.v1.ReconcileVerdict": _enums.Verdict,
-}
-# Messages read by their own type; those in _OPTIONAL read as None when not set.
-_MESSAGES: dict[str, Any] = {
-    "google.protobuf.Timestamp": _time,
-    "agent.v1.ContentPart": _part,
-    "agent.v1.TokenUsage": _usage,
-    "agent.v1.ToolCall": lambda m: _read(_types.ToolCall, m),
-    "agent.v1.ToolSpec": lambda m: _read(_types.ToolSpec, m),
-    "agent.v1.Cost": lambda m: _read(_types.Cost, m),
-    "agent.v1.RunBudget": lambda m: _read(_types.Budget, m),
-    "agent.v1.ResponseFormat": lambda m: _read(_types.ResponseFormat, m),
-    "agent.v1.Reasoning": lambda m: _read(_types.Reasoning, m),
-    "agent.v1.Message": lambda m: _read(_types.Message, m),
-    "agent.v1.ToolExecutionTransition": lambda m: _read(_records.ExecutionTransition, m),
-    "agent.v1.AgentDefinition": lambda m: _read(_agents.AgentDefinition, m),
-}
-_OPTIONAL = {"agent.v1.Cost", "agent.v1.RunBudget", "agent.v1.ResponseFormat", "agent.v1.Reasoning"}
-
-
-def _value(message: ProtoMessage, field: FieldDescriptor) -> Any:
-    value = getattr(message, field.name)
-    repeated = field.is_repeated
-    if field.type == FieldDescriptor.TYPE_ENUM:
-        return enum_of(_ENUMS[field.enum_type.full_name], value)  # type: ignore[union-attr]
-    if field.type != FieldDescriptor.TYPE_MESSAGE:
-        return tuple(value) if repeated else value
-    name = field.message_type.full_name  # type: ignore[union-attr]
-    if repeated:
-        return tuple(_MESSAGES[name](v) for v in value)
-    if name in _OPTIONAL and not message.HasField(field.name):
-        return None
-    return _MESSAGES[name](value)
-
-
-def _read(cls: type[_T], message: Any, **given: Any) -> _T:
-    """`cls` of `message`: each field not `given` read from the wire field of its name."""
-    fields = message.DESCRIPTOR.fields_by_name
-    for name in cls.__dataclass_fields__:  # type: ignore[attr-defined]
-        if name == "raw":
-            given["raw"] = message
-        elif name not in given:
-            given[name] = _value(message, fields[name])
-    return cls(**given)
+# --- replies: read into behest's types (_reading.py) ---------------------------------------
 
 
 def definition_message(definition: _agents.AgentDefinition) -> Any:
@@ -259,11 +184,11 @@ def definition_message(definition: _agents.AgentDefinition) -> Any:
 
 
 def agent_of(a: Any) -> _agents.Agent:
-    return _read(_agents.Agent, a, aliases=dict(a.aliases))
+    return read(_agents.Agent, a, aliases=dict(a.aliases))
 
 
 def version_of(v: Any) -> _agents.AgentVersion:
-    return _read(_agents.AgentVersion, v)
+    return read(_agents.AgentVersion, v)
 
 
 def versioned_of(response: Any) -> _agents.VersionedAgent:
@@ -274,33 +199,33 @@ def versioned_of(response: Any) -> _agents.VersionedAgent:
 
 
 def created(response: Any) -> _types.CreatedRun:
-    return _read(_types.CreatedRun, response)
+    return read(_types.CreatedRun, response)
 
 
 def run_of(r: Any) -> _types.Run:
     """A RunRecord as a Run."""
-    return _read(
+    return read(
         _types.Run,
         r,
         provider=r.provider.value,
         model=r.model.value,
-        usage=_usage(r.total_usage),
-        cost=_cost(r, "total_cost"),
+        usage=tokens_of(r.total_usage),
+        cost=cost_of(r, "total_cost"),
     )
 
 
 def message_of(m: Any) -> _types.Message:
-    return _read(_types.Message, m)
+    return read(_types.Message, m)
 
 
 def output_of(o: Any) -> _types.Output:
     """A RunOutput as an Output; its structured answer as a JSON value (None without one)."""
     structured = o.structured_output
-    return _read(
+    return read(
         _types.Output,
         o,
-        usage=_usage(o.total_usage),
-        cost=_cost(o, "total_cost"),
+        usage=tokens_of(o.total_usage),
+        cost=cost_of(o, "total_cost"),
         structured_output=json_format.MessageToDict(structured)
         if o.HasField("structured_output")
         else None,
@@ -308,15 +233,15 @@ def output_of(o: Any) -> _types.Output:
 
 
 def pending_of(p: Any) -> _types.PendingCall:
-    return _read(_types.PendingCall, p)
+    return read(_types.PendingCall, p)
 
 
 def ticket_of(t: Any) -> _records.StreamTicket:
-    return _records.StreamTicket(t.ticket, _time(t.expires_at), raw=t)
+    return _records.StreamTicket(t.ticket, time_of(t.expires_at), raw=t)
 
 
 def execution_of(e: Any) -> _records.ToolExecution:
-    return _read(_records.ToolExecution, e)
+    return read(_records.ToolExecution, e)
 
 
 def reconciled_of(r: Any) -> _records.Reconciled:
@@ -324,12 +249,12 @@ def reconciled_of(r: Any) -> _records.Reconciled:
 
 
 def session_of(s: Any) -> _types.Session:
-    return _read(_types.Session, s)
+    return read(_types.Session, s)
 
 
 def tool_of(t: Any) -> _types.Tool:
     spec = t.spec
-    return _read(
+    return read(
         _types.Tool,
         t,
         name=spec.name,
@@ -339,14 +264,14 @@ def tool_of(t: Any) -> _types.Tool:
 
 
 def provider_of(p: Any) -> _types.Provider:
-    models = tuple(_read(_types.Model, m, name=m.name.value) for m in p.models)
-    return _read(_types.Provider, p, id=p.id.value, models=models)
+    models = tuple(read(_types.Model, m, name=m.name.value) for m in p.models)
+    return read(_types.Provider, p, id=p.id.value, models=models)
 
 
 def usage_of(u: Any) -> _types.Usage:
-    days = tuple(_read(_types.DailyUsage, d) for d in u.days)
-    return _read(
-        _types.Usage, u, days=days, usage=_usage(u.total_usage), cost=_cost(u, "total_cost")
+    days = tuple(read(_types.DailyUsage, d) for d in u.days)
+    return read(
+        _types.Usage, u, days=days, usage=tokens_of(u.total_usage), cost=cost_of(u, "total_cost")
     )
 
 
@@ -354,5 +279,7 @@ def event_of(e: Any) -> Event:
     """An AgentEvent as an Event (`data` None for a kind newer than this client)."""
     kind = e.WhichOneof("event") or ""
     cls = EVENT_TYPES.get(kind)
-    data = None if cls is None else _read(cls, getattr(e, kind))
-    return Event(e.sequence, e.run_id, kind, data, _time(e.timestamp), e.trace_id, e.span_id, raw=e)
+    data = None if cls is None else read(cls, getattr(e, kind))
+    return Event(
+        e.sequence, e.run_id, kind, data, time_of(e.timestamp), e.trace_id, e.span_id, raw=e
+    )
