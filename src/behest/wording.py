@@ -59,6 +59,8 @@ def _tool_execution_started(p: Any) -> str:
 
 
 def _tool_execution_finished(p: Any) -> str:
+    if p.cancelled:
+        return f"✗ {p.tool_name} cut after {p.duration_ms} ms: the run was cancelled"
     how = "failed" if p.is_error else "finished"
     return f"← {p.tool_name} {how} in {p.duration_ms} ms"
 

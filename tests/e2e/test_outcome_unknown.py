@@ -401,3 +401,37 @@ async def test_reconciling_needs_the_reconciler_role_when_one_is_configured(
     assert "'approver'" in (refused.value.details() or "")
     assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
     assert done.execution.status == x.TOOL_EXECUTION_STATUS_RECONCILED
+
+
+async def test_a_call_cut_by_a_cancel_ends_saying_so_and_its_outcome_stays_unknown(
+    tmp_path: Path,
+) -> None:
+    steps = script(tool_step("slow_unsafe", seconds=30), {"text": "never said"})
+    server = await start_server_with_plugins(fast_settings(tmp_path))
+    try:
+        stream = server.runs.CreateRunStream(create_request(steps, model="script"))
+        async for event in stream:
+            if kind(event) == "tool_execution_started":
+                break
+        started = event.tool_execution_started
+        await server.runs.CancelRun(pb.CancelRunRequest(run_id=event.run_id, reason="enough"))
+        rest = [e async for e in stream]
+        executions = x_rpc.ToolExecutionServiceStub(server.channel)
+        got = await executions.GetToolExecution(
+            x.GetToolExecutionRequest(execution_id=started.execution_id)
+        )
+    finally:
+        await stop_server(server)
+    assert [kind(e) for e in rest] == [
+        "tool_execution_finished",
+        "tool_message_committed",
+        "run_cancelled",
+    ]
+    finished = rest[0].tool_execution_finished
+    assert (finished.call_id, finished.cancelled, finished.is_error) == (
+        started.call_id,
+        True,
+        True,
+    )
+    assert got.execution.status == x.TOOL_EXECUTION_STATUS_OUTCOME_UNKNOWN
+    assert "cancelled while it ran" in got.execution.transitions[-1].reason

@@ -128,6 +128,8 @@ class ToolExecutionFinished:
     tool_name: str = ""
     duration_ms: int = 0
     is_error: bool = False
+    # The run was cancelled while the tool ran: cut, whether it acted is unknown.
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

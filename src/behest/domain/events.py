@@ -96,6 +96,8 @@ class ToolExecutionFinished:
     tool_name: str
     duration_ms: int
     is_error: bool = False
+    # The run was cancelled while the tool ran (runs/ending.py): cut, its outcome unknown.
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

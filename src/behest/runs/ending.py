@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opentelemetry import trace
@@ -39,7 +40,7 @@ from behest.events.log import EventLog
 from behest.events.run_log import RunLog, step_not_stored
 from behest.observability.telemetry import Telemetry, tracer
 from behest.observability.trace_context import context_from_traceparent
-from behest.runs.progress import RunProgress
+from behest.runs.progress import Cut, RunProgress
 from behest.runs.transcript import closing_results
 from behest.store.base import Store
 from behest.store.writes import AppendMessage, DeleteSnapshot, UpdateRun
@@ -147,6 +148,7 @@ class RunEnder:
         or, without one or after a failed write, from what the store holds. Returns the end
         written: a completion whose earlier steps were not all stored fails instead."""
         messages = None if run_log.failed or progress is None else progress.transcript
+        cut = progress.cut if progress is not None and ending.status == RunStatus.CANCELLED else {}
         position = 0 if progress is None else progress.next_position
         iterations = run.iterations if progress is None else progress.iteration
         usage = run.usage if progress is None else progress.usage
@@ -159,7 +161,7 @@ class RunEnder:
                     position = messages[-1].position + 1 if messages else 0
                 spent = Spent(iterations, usage, cost)
                 ending = _truthful(ending, run_log)
-                await self._write(run, run_log, ending, messages, position, spent)
+                await self._write(run, run_log, ending, messages, position, spent, cut)
                 return ending
             except Fenced:
                 raise  # another node holds the run now: its end is that node's to write
@@ -196,11 +198,17 @@ class RunEnder:
         messages: list[Message],
         position: int,
         spent: Spent,
+        cut: Mapping[str, Cut],
     ) -> None:
-        """The terminal step, awaited until durable."""
+        """The terminal step, awaited until durable: calls cut by a cancel said so (their
+        records OUTCOME_UNKNOWN), every call left unanswered given an error result."""
         closing = closing_results(
             messages, run_id=run.id, session_id=run.session_id, reason=ending.why, position=position
         )
+        cuts = [
+            ev.ToolExecutionFinished(call_id, c.tool_name, int(c.seconds * 1000), True, True)
+            for call_id, c in cut.items()
+        ]
         final = UpdateRun(
             run_id=run.id,
             status=ending.status,
@@ -212,9 +220,15 @@ class RunEnder:
             cost=spent.cost,
         )
         done = await run_log.emit(
+            *cuts,
             *[ev.ToolMessageCommitted(m.id) for m in closing],
             ending.payload,
-            state=[*(AppendMessage(m) for m in closing), final, DeleteSnapshot(run.id)],
+            state=[
+                *(c.record for c in cut.values()),
+                *(AppendMessage(m) for m in closing),
+                final,
+                DeleteSnapshot(run.id),
+            ],
             final=True,
         )
         await asyncio.shield(done)

@@ -110,6 +110,12 @@ class RunExecutions:
         why += ": it is not run again until reconciled"
         return self._moved(execution, ExecutionStatus.OUTCOME_UNKNOWN, now, why)
 
+    def cancelled(self, call_id: str) -> RecordExecution:
+        """The call's execution cut by a cancel of its run: OUTCOME_UNKNOWN, said why."""
+        execution = self._latest[call_id]
+        why = "the run was cancelled while it ran: whether it acted is unknown"
+        return self._moved(execution, ExecutionStatus.OUTCOME_UNKNOWN, datetime.now(UTC), why)[1]
+
     def reconciled(self, call: ToolCall, answer: Answer, by: str) -> RecordExecution:
         """The call's execution (outcome unknown) reconciled by `by` with `answer`'s verdict."""
         execution = self._latest[call.id]

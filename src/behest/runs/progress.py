@@ -8,6 +8,7 @@ snapshot holds, and the tool calls executing now.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -18,7 +19,16 @@ from behest.domain.spend import Money, Prices, TokenUsage
 from behest.runs.compactor import Compacted
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.store.base import Store
-from behest.store.writes import PutSnapshot, UpdateRun, Write
+from behest.store.writes import PutSnapshot, RecordExecution, UpdateRun, Write
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A tool call cut while it ran: its tool, how long it had run, its record's change."""
+
+    tool_name: str
+    seconds: float
+    record: RecordExecution
 
 
 class RunProgress:
@@ -40,6 +50,8 @@ class RunProgress:
         self.children_cost = Decimal(0)
         self.finish_reason = FinishReason.UNSPECIFIED
         self.executing: set[str] = set()
+        # Calls cut while they ran (by call id): told in the run's end if it is a cancel.
+        self.cut: dict[str, Cut] = {}
         # Questions of running tools that wait for an answer (runs/asking.py): while any
         # does, the run shows WAITING_FOR_INPUT (its snapshot still says what it executes).
         self.asking = 0

@@ -27,7 +27,7 @@ from behest.observability.metrics import UNKNOWN_TOOL
 from behest.observability.span_content import content
 from behest.observability.telemetry import current, mark_error, span
 from behest.runs.executions import RunExecutions
-from behest.runs.progress import RunProgress
+from behest.runs.progress import Cut, RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
 from behest.runs.worker_calls import CallOutcome, Next, Queued, WorkerCalls
 from behest.runs.worker_tools import WorkerTool
@@ -141,7 +141,12 @@ class ToolRunner:
                 execution, queued = await self._start(call)
             began = time.monotonic()
             with span("behest.tool", self._attributes(call)) as tool_span:
-                outcome = await self._outcome(call, execution, queued, rejoined)
+                try:
+                    outcome = await self._outcome(call, execution, queued, rejoined)
+                except asyncio.CancelledError:  # told if it is a cancel (runs/ending.py)
+                    record = self._executions.cancelled(call.id)
+                    progress.cut[call.id] = Cut(call.name, time.monotonic() - began, record)
+                    raise
                 if outcome.next == Next.RETRY:
                     await self._retry(call, execution, outcome)
                     execution, rejoined = None, False

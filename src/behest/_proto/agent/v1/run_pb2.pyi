@@ -764,11 +764,16 @@ class ToolExecutionFinishedEvent(_message.Message):
     TOOL_NAME_FIELD_NUMBER: _builtins.int
     DURATION_MS_FIELD_NUMBER: _builtins.int
     IS_ERROR_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     tool_name: _builtins.str
     duration_ms: _builtins.int
     is_error: _builtins.bool
     """Added in behest 0.6. The tool failed (its result is an error the model sees)."""
+    cancelled: _builtins.bool
+    """Added in behest 0.11. The run was cancelled while the tool ran: it was cut, and whether
+    it acted is unknown (its execution record says OUTCOME_UNKNOWN).
+    """
     def __init__(
         self,
         *,
@@ -776,10 +781,11 @@ class ToolExecutionFinishedEvent(_message.Message):
         tool_name: _builtins.str = ...,
         duration_ms: _builtins.int = ...,
         is_error: _builtins.bool = ...,
+        cancelled: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "duration_ms", b"duration_ms", "is_error", b"is_error", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cancelled", b"cancelled", "duration_ms", b"duration_ms", "is_error", b"is_error", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
