@@ -3,7 +3,7 @@
 `make proto` (scripts/gen_protos.py) writes `behest/_proto/descriptors.binpb`, a
 FileDescriptorSet of proto/ and its imports with source info, which is what lets `grpcurl
 describe` show the protos' comments (the stubs' descriptors have none); without its source info
-each file is exactly the stub's (tests/unit/test_descriptors.py). The files of grpc.health.v1
+each file is exactly the stub's (tests/e2e/test_reflection.py). The files of grpc.health.v1
 and grpc.reflection.v1alpha come from the libraries' stubs (they have no comments), and
 grpc.reflection.v1's is made from v1alpha's (`reflection_v1`).
 """
