@@ -55,6 +55,8 @@ test: install $(CHROMIUM) $(TS_DEPS) $(AGUI_NODE)
 proto: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python scripts/gen_protos.py
 
+# Lint the protos, and check that the generated src/behest/_proto is what `make proto` writes:
+# the stubs and descriptors.binpb (the descriptor set, with comments, that reflection serves).
 proto-check: install $(BUF)
 	$(BUF) lint
 	$(BUF) format --diff --exit-code

@@ -506,10 +506,14 @@ def test_the_doc_explains_sequences_and_resuming() -> None:
 async def test_list_shows_our_services_health_and_reflection(recipes: Recipes) -> None:
     result = await recipes.run("list")
     assert result.code == 0, result.stderr
-    services = result.stdout.split()
-    for name in (*AGENT_SERVICES, "grpc.health.v1.Health"):
-        assert name in services
-    assert any(s.startswith("grpc.reflection.") for s in services), services
+    assert result.stdout.split() == sorted(
+        [
+            *AGENT_SERVICES,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ]
+    )
 
 
 @runs("describe agent.v1.RunService", "describe agent.v1.AgentEvent")
@@ -517,6 +521,9 @@ async def test_describe_shows_the_rpcs_and_the_event(recipes: Recipes) -> None:
     service = await recipes.run("describe agent.v1.RunService")
     assert service.code == 0, service.stderr
     assert "agent.v1.RunService is a service" in service.stdout
+    # With the proto's comments (proto/agent/v1/run.proto).
+    assert "// Creates, observes and cancels agent runs." in service.stdout
+    assert "// Returns one run.\n  rpc GetRun (" in service.stdout
     for rpc in RUN_RPCS:
         assert re.search(rf"\brpc {rpc} \(", service.stdout), rpc
     assert re.search(
@@ -529,6 +536,7 @@ async def test_describe_shows_the_rpcs_and_the_event(recipes: Recipes) -> None:
     event = await recipes.run("describe agent.v1.AgentEvent")
     assert event.code == 0, event.stderr
     assert "agent.v1.AgentEvent is a message" in event.stdout
+    assert "// One numbered step of a run, as stored in its event log" in event.stdout
     assert "uint64 sequence = 1;" in event.stdout
     assert "oneof event" in event.stdout
     for name in ("run_started", "text_delta", *sorted(TERMINAL), *WAIT_EVENTS):
@@ -541,6 +549,37 @@ async def test_health_is_serving(recipes: Recipes) -> None:
         result = await recipes.run(key)
         assert result.code == 0, result.stderr
         assert result.json() == {"status": "SERVING"}
+
+
+@runs("describe agent.v1.RunService.WatchRunEvents")
+async def test_describe_a_method_shows_its_comment_and_types(recipes: Recipes) -> None:
+    result = await recipes.run("describe agent.v1.RunService.WatchRunEvents")
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines()[:3] == [
+        "agent.v1.RunService.WatchRunEvents is a method:",
+        "// Streams a run's events after last_event_id: stored ones first, then live.",
+        "rpc WatchRunEvents ( .agent.v1.WatchRunEventsRequest ) returns"
+        " ( stream .agent.v1.AgentEvent );",
+    ]
+
+
+@runs("grpc.health.v1.Health/List", "grpc.health.v1.Health/Check agent.v1.RunService")
+async def test_health_lists_every_service_and_names_an_unknown_one(recipes: Recipes) -> None:
+    listed = await recipes.run("grpc.health.v1.Health/List")
+    assert listed.code == 0, listed.stderr
+    serving = {"status": "SERVING"}
+    assert listed.json() == {"statuses": {name: serving for name in ("", *AGENT_SERVICES)}}
+
+    key = "grpc.health.v1.Health/Check agent.v1.RunService"
+    unknown = await recipes.run(key, service="agent.v1.RunServce")
+    assert unknown.code == EXIT_NOT_FOUND, unknown.stderr
+    code, message = unknown.error()
+    assert code == "NotFound"
+    known = ", ".join(sorted(AGENT_SERVICES))
+    assert message == (
+        'health knows no service "agent.v1.RunServce"; '
+        f'it knows "" (the server as a whole), {known}'
+    )
 
 
 # --- runs ---------------------------------------------------------------------------------------

@@ -6,8 +6,7 @@ import asyncio
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 
 from behest._proto.agent.v1 import (
     agent_pb2,
@@ -24,6 +23,9 @@ from behest.api.catalog_service import ProviderServicer, ToolServicer
 from behest.api.compaction_service import CompactionServicer
 from behest.api.execution_service import ToolExecutionServicer
 from behest.api.handlers import GuardedMethod, generic_handler, guarded_methods
+from behest.api.health import SERVICE_NAME as HEALTH
+from behest.api.health import HealthServicer, health_handler
+from behest.api.reflection import reflection_handlers
 from behest.api.run_service import RunServicer
 from behest.api.session_service import SessionServicer
 from behest.api.snapshot_service import SnapshotServicer
@@ -88,7 +90,7 @@ class ApiServer:
         self._listen = listen
         self._tls = tls
         self.port = 0
-        self._health = health.aio.HealthServicer()
+        self._health = HealthServicer()
         self._health_tasks: set[asyncio.Task[None]] = set()
         interceptor = AuthInterceptor(Authenticator(auth, tls), protect_health=auth.protect_health)
         self._server = grpc.aio.server(
@@ -98,10 +100,8 @@ class ApiServer:
         self.services = agent_services(runs, admission)
         for name, methods in self.services.items():
             self._server.add_generic_rpc_handlers((generic_handler(name, methods),))
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
-        )
+        self._server.add_generic_rpc_handlers((health_handler(self._health),))
+        self._server.add_generic_rpc_handlers(reflection_handlers((*SERVICES, HEALTH)))
 
     async def start(self) -> None:
         if self._tls.enabled:
