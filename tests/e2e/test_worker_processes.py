@@ -46,7 +46,8 @@ class WorkerProcess:
 
 @asynccontextmanager
 async def worker_process(address: str, name: str) -> AsyncIterator[WorkerProcess]:
-    env = {**os.environ, "ORDERS_WORKER_NAME": name, "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "ORDERS_WORKER_NAME": name, "PYTHONPATH": path}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "behest", "worker", "run", "tests.workers.orders:worker",
         "--address", address, stdout=asyncio.subprocess.PIPE, env=env, cwd=ROOT,

@@ -1,7 +1,7 @@
 """A scripted fake of agent.v1.WorkerService on 127.0.0.1: it records each stream's hello,
 welcomes it (a short heartbeat interval keeps tests fast), counts heartbeats, acks results,
-records verdicts, and sends what a test queues: tasks, verifies, or a status that ends the
-stream.
+records verdicts and questions (asks), and sends what a test queues: tasks, verifies,
+answers, or a status that ends the stream.
 
     async with FakeWorkerService() as fake:
         stream = await fake.stream()           # the next stream, once welcomed
@@ -9,6 +9,8 @@ stream.
         result = await stream.result()
         stream.verify("lookup_order", {"order_id": "o-1"})
         verdict = await stream.verdict()
+        asked = await stream.ask()
+        stream.answer(asked, "accept", {"guests": 2})
         stream.end(grpc.StatusCode.UNAVAILABLE, "server stopping")
 """
 
@@ -25,7 +27,7 @@ import grpc
 import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from behest._proto.agent.v1 import worker_pb2, worker_pb2_grpc
+from behest._proto.agent.v1 import run_pb2, worker_pb2, worker_pb2_grpc
 
 WAIT_S = 10.0  # no test waits longer for what it expects
 _execution_ids = itertools.count(1)
@@ -43,6 +45,7 @@ class FakeStream:
         self.outgoing: asyncio.Queue[Any] = asyncio.Queue()
         self.results: asyncio.Queue[worker_pb2.WorkerResult] = asyncio.Queue()
         self.verdicts: asyncio.Queue[worker_pb2.WorkerVerdict] = asyncio.Queue()
+        self.asks: asyncio.Queue[worker_pb2.WorkerAsk] = asyncio.Queue()
         self.heartbeats = 0
         self.acking = True  # False: results get no ack (as if it were lost)
         self._beats = asyncio.Condition()
@@ -72,6 +75,29 @@ class FakeStream:
     async def verdict(self) -> worker_pb2.WorkerVerdict:
         """The next verdict the worker sent (no ack answers it, as the server sends none)."""
         return await asyncio.wait_for(self.verdicts.get(), WAIT_S)
+
+    async def ask(self) -> worker_pb2.WorkerAsk:
+        """The next question the worker sent."""
+        return await asyncio.wait_for(self.asks.get(), WAIT_S)
+
+    def answer(
+        self, asked: worker_pb2.WorkerAsk, action: str = "", content: Any = None, error: str = ""
+    ) -> None:
+        """Answer a question: an action ("accept", "decline", "cancel"; content a value made
+        JSON), or an error."""
+        actions = {
+            "accept": run_pb2.ELICITATION_ACTION_ACCEPT,
+            "decline": run_pb2.ELICITATION_ACTION_DECLINE,
+            "cancel": run_pb2.ELICITATION_ACTION_CANCEL,
+        }
+        answer = worker_pb2.WorkerAnswer(
+            execution_id=asked.execution_id,
+            number=asked.number,
+            action=actions.get(action, run_pb2.ELICITATION_ACTION_UNSPECIFIED),
+            content=json.dumps(content) if content is not None else "",
+            error=error,
+        )
+        self.outgoing.put_nowait(worker_pb2.WorkerInstruction(answer=answer))
 
     def end(self, code: grpc.StatusCode, details: str) -> None:
         """End the stream with a status (after what was queued before)."""
@@ -176,6 +202,8 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 await stream.beat()
             elif kind == "verdict":
                 stream.verdicts.put_nowait(message.verdict)
+            elif kind == "ask":
+                stream.asks.put_nowait(message.ask)
             elif kind == "result":
                 stream.results.put_nowait(message.result)
                 if not stream.acking:

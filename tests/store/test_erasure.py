@@ -4,6 +4,7 @@ finished runs pruned with everything of them, on both backends."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from behest.domain.executions import ExecutionStatus, ToolExecution, Transition
 from behest.domain.messages import Role
 from behest.domain.runs import Run, RunStatus
 from behest.domain.waits import PendingCall, WaitKind
-from behest.domain.workers import Task
+from behest.domain.workers import StoredQuestion, Task, TaskQuestion, TaskState
 from behest.errors import FailedPrecondition, NotFound, quote
 from behest.runs.tickets import StreamTickets
 from behest.store.sql import tables as t
@@ -56,6 +57,7 @@ OWNED = {
     "tool_executions",
     "tool_execution_transitions",
     "worker_tasks",
+    "worker_questions",
     "stream_tickets",
     "steers",
 }
@@ -120,11 +122,12 @@ async def full_run(
     session_id: str | None = None,
     status: RunStatus | None = RunStatus.COMPLETED,
 ) -> Run:
-    """A run with rows in every table: its key, events, messages, snapshot, a pending call
-    and a stream ticket; ended in `status` (terminal), waiting (WAITING_FOR_INPUT), or
-    running (None)."""
+    """A run with rows in every table: its key, events, messages, snapshot, a pending call,
+    a worker's task that asked a question, and a stream ticket; ended in `status`
+    (terminal), waiting (WAITING_FOR_INPUT), or running (None)."""
     req = request(session_id=session_id, client_request_id=new_id())
     run = await create(store, req, owner="node-a", lease_until=at(60), first_step=real_first_step)
+    leased = replace(task(run), state=TaskState.LEASED, worker_id="w-1", lease_until=at(60))
     position = max(m.position for m in await store.session_messages(run.session_id)) + 1
     await store.apply(
         [
@@ -133,9 +136,12 @@ async def full_run(
             PutSnapshot(snapshot(run)),
             RequestInput((pending(run),)),
             execution(run),
-            EnqueueTask(task(run)),
+            EnqueueTask(leased),
         ]
     )
+    question = TaskQuestion(leased.execution_id, 1, "How many?", '{"type": "object"}')
+    asked = await store.ask_task_question("w-1", question, now=at())
+    assert isinstance(asked, StoredQuestion)
     await StreamTickets(store, ttl_s=600).mint(Caller("alice", run.tenant), run.id)
     assert await store.add_steer(run.id, "and one more thing", now=at()) is not None
     if status == RunStatus.WAITING_FOR_INPUT:

@@ -583,6 +583,8 @@ def test_all_is_sorted_and_exactly_the_public_names() -> None:
     public = {name for name in vars(behest.worker) if not name.startswith("_")}
     assert behest.worker.__all__ == sorted(public)
     assert behest.worker.__all__ == [
+        "ElicitAction",
+        "Reply",
         "RetryableError",
         "TaskContext",
         "Verified",

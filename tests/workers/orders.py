@@ -44,3 +44,20 @@ async def reserve(item: str, context: TaskContext, seconds: float = 0) -> str:
     _started(context)
     await asyncio.sleep(seconds if context.attempt == 1 else 0)
     return f"{item} reserved"
+
+
+GUESTS = {
+    "type": "object",
+    "properties": {"guests": {"type": "integer", "minimum": 1, "maximum": 20}},
+    "required": ["guests"],
+}
+
+
+@worker.tool(timeout_s=60)
+async def book_table(city: str, context: TaskContext) -> str:
+    """Book a table in `city`: the user is asked how many guests."""
+    _started(context)
+    action, content = await context.ask(f"How many guests in {city}?", GUESTS)
+    if action != "accept" or content is None:
+        return f"not booked: the user chose {action}"
+    return f"booked a table for {content['guests']} in {city}"

@@ -21,6 +21,20 @@ LOOKUP = w.WorkerToolSpec(
     ),
     idempotent=True,
 )
+# A tool whose tasks ask the run's user how many guests (WorkerAsk), and its question's schema.
+BOOK = w.WorkerToolSpec(
+    name="book_table",
+    description="Book a table in a city.",
+    parameters_schema=json.dumps(
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    ),
+    timeout_s=60,
+)
+GUESTS = {
+    "type": "object",
+    "properties": {"guests": {"type": "integer", "minimum": 1}},
+    "required": ["guests"],
+}
 
 
 class RawWorker:
@@ -59,7 +73,7 @@ class RawWorker:
             await self.heartbeat()
 
     async def next(self) -> Any:
-        """The next task or ack."""
+        """The next task, ack, verify or answer."""
         instruction = await self.call.read()
         assert instruction != grpc.aio.EOF, "the server ended the stream"
         return getattr(instruction, instruction.WhichOneof("instruction"))
@@ -84,6 +98,14 @@ class RawWorker:
         """Answer a verify (execution id and attempt taken from it)."""
         verdict = w.WorkerVerdict(execution_id=asked.execution_id, attempt=asked.attempt, **fields)
         await self._outbox.put(w.WorkerMessage(verdict=verdict))
+
+    async def ask(self, task: Any, number: int, message: str, schema: dict[str, Any] | str) -> None:
+        """Ask the run's user a question for `task` (its execution id taken from it)."""
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        asked = w.WorkerAsk(
+            execution_id=task.execution_id, number=number, message=message, requested_schema=text
+        )
+        await self._outbox.put(w.WorkerMessage(ask=asked))
 
     async def close(self) -> None:
         if self._beats is not None:

@@ -1,5 +1,5 @@
 """What a worker brings (agent.v1.WorkerService): its hello, checked and bounded, and its
-results read. Messages name the field and say what to fix."""
+results, verdicts and questions read. Messages name the field and say what to fix."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from behest.api.fields import bounded
 from behest.domain.workers import (
     DEFAULT_SCHEDULE_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
+    TaskQuestion,
     TaskResult,
     WorkerHello,
     WorkerToolSpec,
@@ -142,4 +143,15 @@ def result(message: pb.WorkerResult) -> TaskResult:
         raise InvalidArgument("result.output contains a NUL character (\\u0000)")
     return TaskResult(
         message.execution_id, message.attempt, message.output, message.is_error, message.retryable
+    )
+
+
+def ask(message: pb.WorkerAsk) -> TaskQuestion:
+    """A task's question, its ids bounded (what it asks is the session's to judge: one behest
+    does not ask is answered with an error, runs/worker_asks.py)."""
+    bounded(message.execution_id, "ask.execution_id", MAX_ID_BYTES)
+    if not message.execution_id or not message.number:
+        raise InvalidArgument("ask.execution_id and ask.number are required")
+    return TaskQuestion(
+        message.execution_id, message.number, message.message, message.requested_schema
     )

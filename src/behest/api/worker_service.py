@@ -7,14 +7,15 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from behest._proto.agent.v1 import run_pb2
 from behest._proto.agent.v1 import worker_pb2 as pb
 from behest.api import worker_hello
 from behest.api.auth import current_caller
 from behest.api.convert import timestamp
-from behest.domain.workers import Task, TaskResult, VerifyRequest, WorkerVerdict
+from behest.domain.workers import TaskAnswer, VerifyRequest
 from behest.errors import InvalidArgument
 from behest.runs.operations import Operations
-from behest.runs.worker_session import ResultAck, WorkerDrain, WorkerHeartbeat
+from behest.runs.worker_session import Incoming, Outgoing, ResultAck, WorkerDrain, WorkerHeartbeat
 
 
 class WorkerServicer:
@@ -38,9 +39,7 @@ class WorkerServicer:
             yield _instruction(item)
 
 
-async def _messages(
-    requests: AsyncIterator[pb.WorkerMessage],
-) -> AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict]:
+async def _messages(requests: AsyncIterator[pb.WorkerMessage]) -> AsyncIterator[Incoming]:
     async for message in requests:
         match message.WhichOneof("message"):
             case "heartbeat":
@@ -51,15 +50,26 @@ async def _messages(
                 yield worker_hello.verdict(message.verdict)
             case "result":
                 yield worker_hello.result(message.result)
+            case "ask":
+                yield worker_hello.ask(message.ask)
             case "hello":
                 raise InvalidArgument("a worker says hello once, first")
             case _:
                 raise InvalidArgument(
-                    "a worker's message must be a heartbeat, a result, a verdict or drain"
+                    "a worker's message must be a heartbeat, a result, a verdict, an ask or drain"
                 )
 
 
-def _instruction(item: Task | ResultAck | VerifyRequest) -> pb.WorkerInstruction:
+def _instruction(item: Outgoing) -> pb.WorkerInstruction:
+    if isinstance(item, TaskAnswer):
+        answer = pb.WorkerAnswer(
+            execution_id=item.execution_id,
+            number=item.number,
+            action=run_pb2.ElicitationAction.ValueType(int(item.action or 0)),
+            content=item.content,
+            error=item.error,
+        )
+        return pb.WorkerInstruction(answer=answer)
     if isinstance(item, VerifyRequest):
         verify = pb.WorkerVerify(
             execution_id=item.execution_id,

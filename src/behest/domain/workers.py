@@ -6,6 +6,10 @@ execution of a worker tool's call (domain/executions.py), written with the run's
 starts it. A task is QUEUED until a worker of the run's tenant that serves the tool takes it
 (LEASED: the lease renewed by the worker's heartbeats), and DONE once one result of its attempt
 is accepted, or once behest gave up on it (no worker took it in time: `expired`).
+
+A running task may ask the run's user questions (TaskQuestion, numbered by the task): each is
+stored against the task by the worker's replica, put to the user by the run's (which waits
+for the task), and its answer (TaskAnswer) stored back for the worker's replica to send.
 """
 
 from __future__ import annotations
@@ -15,9 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from behest.domain.waits import ElicitAction
+
 # Defaults of a worker tool's declaration (0 in WorkerToolSpec).
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_SCHEDULE_TIMEOUT_S = 60.0
+# The most questions one task may ask.
+MAX_TASK_QUESTIONS = 100
 
 
 class TaskState(enum.IntEnum):
@@ -101,6 +109,9 @@ class Task:
     retryable: bool = False
     # DONE without a result: no worker took it before schedule_deadline.
     expired: bool = False
+    # How many questions it asked (TaskQuestion): the run's side looks for new ones when
+    # this grows.
+    questions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +157,47 @@ class ResultRefused(enum.Enum):
     STALE = "the result is of another attempt"
     TWICE = "the task already has its result"
     NOT_YOURS = "the task is not leased to this worker (its lease was lost)"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQuestion:
+    """A question a running task asks the run's user: `number` counts the task's questions
+    from 1 (with the execution id, its name: asked again, it is the same question);
+    `schema` is the JSON Schema of the answer's content, as the JSON text the worker sent."""
+
+    execution_id: str
+    number: int
+    message: str
+    schema: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAnswer:
+    """The answer to a TaskQuestion: an action (with ACCEPT, `content` is the JSON object
+    the user gave, as JSON text), or `error`: the question was not asked, and why."""
+
+    execution_id: str
+    number: int
+    action: ElicitAction | None = None
+    content: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredQuestion:
+    """A task's question as stored: what was asked, and its answer once the run's side gave
+    one (None until then)."""
+
+    question: TaskQuestion
+    run_id: str
+    asked_at: datetime
+    answer: TaskAnswer | None = None
+
+
+class QuestionRefused(enum.Enum):
+    """Why a task's question was not stored (nothing changed)."""
+
+    UNKNOWN = "no such task"
+    NOT_YOURS = "the task is not leased to this worker (its lease was lost, or it has ended)"
+    ANOTHER = "the task asked another question under this number"
+    TOO_MANY = f"the task asked {MAX_TASK_QUESTIONS} questions, the most a task may"

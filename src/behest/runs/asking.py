@@ -79,13 +79,23 @@ class Asking:
         self._policy = policy
         self._asked: dict[tuple[str, str], int] = {}  # (execution, digest) → times asked
 
-    async def ask(self, context: ToolContext, message: str, schema: dict[str, Any]) -> Reply:
+    async def ask(
+        self,
+        context: ToolContext,
+        message: str,
+        schema: dict[str, Any],
+        *,
+        times: int | None = None,
+    ) -> Reply:
         """The user's answer to the question of the call of `context` (ValueError: a question
-        behest does not ask, saying why)."""
+        behest does not ask, saying why). `times`: how often the execution asked it, this
+        time included, when the caller counts (a worker's task: runs/worker_questions.py);
+        else this Asking counts."""
         question = Question(call_id=context.call_id, message=message, schema=schema)
-        digest = _checked_digest(question)
+        digest = checked_digest(question)
         key = (context.execution_id, digest)
-        self._asked[key] = asked = self._asked.get(key, 0) + 1
+        asked = times if times is not None else self._asked.get(key, 0) + 1
+        self._asked[key] = asked
         elicitation_id = f"{context.call_id[:_ID_CALL_CHARS]}~{asked}-{digest}"
         stored = await self._stored(elicitation_id)
         if stored is not None and (stored.answer is not None or stored.expired(_now())):
@@ -196,9 +206,9 @@ def check_answers(pending: Sequence[PendingCall], answers: Sequence[Answer]) -> 
             raise InvalidArgument(problem)
 
 
-def _checked_digest(question: Question) -> str:
-    """The question's digest, once it is one behest asks: bounded, its schema a valid JSON
-    Schema of an object (MCP's requestedSchema)."""
+def checked_digest(question: Question) -> str:
+    """The question's digest, once it is one behest asks (ValueError, saying why, if not):
+    bounded, its schema a valid JSON Schema of an object (MCP's requestedSchema)."""
     if not question.message.strip():
         raise ValueError("a question needs a message to show the user")
     if len(question.message.encode()) > MAX_MESSAGE_BYTES:

@@ -153,6 +153,9 @@ class AgentLoop:
     def _turn_calls(self, limits: LoopLimits, workers: WorkerHub | None) -> TurnCalls:
         """How the run's tool calls run (runs/tool_calls.py, turn_calls.py)."""
         run, tools, executions = self._run, self._tools, self._executions
+        worker_calls = None
+        if workers is not None:
+            worker_calls = WorkerCalls(run=run, hub=workers, asking=self._asking)
         runner = ToolRunner(
             log=self._log,
             executions=executions,
@@ -161,7 +164,7 @@ class AgentLoop:
             progress=self.progress,
             concurrency=limits.tool_concurrency,
             spawn=self._spawn if self._sub_runs is not None else None,
-            workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
+            workers=worker_calls,
             asker=self._asking.ask,
         )
         waits = self._waits

@@ -8,20 +8,27 @@ and what its outcome means for the call.
 - Its worker vanished (the lease lapsed): an idempotent tool runs again (the next attempt, the
   same idempotency key, any worker); another's outcome is unknown (the run waits for it to be
   reconciled: runs/waiting.py).
+
+While it waits, the questions the task asks are put to the run's user (runs/worker_questions.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from behest.backoff import backoff_s
 from behest.domain.executions import ToolExecution
 from behest.domain.messages import ToolCall
 from behest.domain.runs import Run
 from behest.domain.workers import Task, TaskState, WorkerRecord
-from behest.runs.worker_hub import Ending, Idle, WorkerHub
+from behest.runs.asking import Asking
+from behest.runs.task_outcomes import Ending, TaskOutcome
+from behest.runs.worker_hub import Idle, WorkerHub
+from behest.runs.worker_questions import TaskQuestions
 from behest.runs.worker_tools import WorkerTool
 from behest.tools.base import ToolResult
 from behest.tools.output import truncate
@@ -63,9 +70,11 @@ class Queued:
 class WorkerCalls:
     """The worker side of one run's tool calls."""
 
-    def __init__(self, *, run: Run, hub: WorkerHub) -> None:
+    def __init__(self, *, run: Run, hub: WorkerHub, asking: Asking | None = None) -> None:
+        """`asking`: puts the questions of the run's tasks to its user (runs/asking.py)."""
         self._run = run
         self.hub = hub
+        self._asking = asking
 
     async def queue(
         self, execution: ToolExecution, tool: WorkerTool, call: ToolCall, tools: ToolRegistry
@@ -135,7 +144,7 @@ class WorkerCalls:
     ) -> CallOutcome:
         """Wait for the execution's task, and say what comes next. `tool` None: its workers
         are gone since (a run taken up again), the task's own bounds still hold."""
-        outcome = await self.hub.outcome(execution.id, rejoined=rejoined, queued=queued)
+        outcome = await self._waited(execution, rejoined=rejoined, queued=queued)
         task = outcome.task
         by = f"worker {task.worker_id} ({task.worker_name})" if task.worker_id else ""
         idempotent = execution.idempotent
@@ -164,3 +173,27 @@ class WorkerCalls:
             return CallOutcome(Next.RETRY, why=why, executor=by, delay_s=wait)
         result = ToolResult(truncate(task.output), task.is_error)
         return CallOutcome(Next.RESULT, result, executor=by)
+
+    async def _waited(
+        self, execution: ToolExecution, *, rejoined: bool, queued: Task | None
+    ) -> TaskOutcome:
+        """The task's outcome, its questions put to the user meanwhile; what stopped one
+        (a step not stored, a lost claim) stops the wait."""
+        if self._asking is None:
+            return await self.hub.outcome(execution.id, rejoined=rejoined, queued=queued)
+        questions = TaskQuestions(
+            run=self._run, execution=execution, asking=self._asking, asks=self.hub.asks
+        )
+        waiting = asyncio.ensure_future(
+            self.hub.outcome(execution.id, rejoined=rejoined, queued=queued, asked=questions.seen)
+        )
+        either: list[asyncio.Future[Any]] = [waiting, questions.failed]
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                questions.failed.result()
+            return waiting.result()
+        finally:
+            waiting.cancel()
+            await asyncio.wait([waiting])
+            await questions.close()

@@ -5,21 +5,22 @@ A connection registers (taking over the leased tasks of the same worker's earlie
 that is gone), takes queued tasks of its tenant that it serves while it has room, renews its
 leases with heartbeats, and hands in results (store: fenced by attempt and lease). A run waits
 for its task's outcome: done (a result, or given up), its worker lost (the lease lapsed), no
-worker in time (schedule to start), or out of time (start to close). Enqueued tasks and taken
-results wake the waiters of this process at once; those of other replicas see them at their
-next look (every `poll_s`), or at once on PostgreSQL, where a queued task and a taken result
-are NOTIFYed (store/sql/writes.py, workers.py) and signalled here (`signalled`).
+worker in time (schedule to start), or out of time (start to close): runs/task_outcomes.py.
+Enqueued tasks and taken results wake the waiters of this process at once; those of other
+replicas see them at their next look (every `poll_s`), or at once on PostgreSQL, where a
+queued task and a taken result are NOTIFYed (store/sql/writes.py, workers.py) and signalled
+here (`signalled`). Questions that running tasks ask go the same ways (`asks`:
+runs/worker_asks.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import enum
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -27,35 +28,23 @@ from behest.domain.workers import (
     ResultRefused,
     Task,
     TaskResult,
-    TaskState,
     VerifyRequest,
     WorkerRecord,
     WorkerToolSpec,
     WorkerVerdict,
 )
 from behest.errors import ResourceExhausted
+from behest.runs.task_outcomes import Ending, TaskOutcome, done, look_at
+from behest.runs.worker_asks import TASK_ANSWERED, WorkerAsks
 from behest.store.base import Store
 
 # The kinds of the replicas' signals about tasks (store/sql/channel_payloads.py).
-TASK_QUEUED, TASK_DONE = "task", "result"
+TASK_QUEUED, TASK_DONE, TASK_ASKED = "task", "result", "asked"
 
 # A lease lasts this many heartbeat intervals.
 LEASE_INTERVALS = 3
 # A worker row not seen for this long is dropped (a replica killed left it behind).
 FORGOTTEN_AFTER = timedelta(days=1)
-# A task past its start-to-close deadline gets this long for its result to land.
-DEADLINE_GRACE_S = 1.0
-
-
-class Ending(enum.Enum):
-    DONE = "done"  # the task has its result (or was given up: `expired`, `timed out`)
-    LOST = "lost"  # its worker vanished: the lease lapsed
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOutcome:
-    ending: Ending
-    task: Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +95,7 @@ class WorkerHub:
         self.stopping = asyncio.Event()  # set: this replica stops; its workers go elsewhere
         self._wakeups: set[asyncio.Task[None]] = set()
         self._sessions: set[Verifier] = set()  # the connections served here
+        self.asks = WorkerAsks(store=store, poll_s=settings.poll_s, asked=self._look_now)
 
     def serving(self, session: Verifier) -> None:
         self._sessions.add(session)
@@ -251,13 +241,20 @@ class WorkerHub:
         return f"tenant {tenant!r} has {queued} calls waiting for workers, the most it may have"
 
     def signalled(self, kind: str, name: str) -> None:
-        """Another replica queued a task of tenant `name` ("task"), or took the result of
-        execution `name` ("result"): its waiters here look now, not at their next poll."""
+        """Another replica queued a task of tenant `name` ("task"), took the result of
+        execution `name` ("result") or a question of its task ("asked"), or stored the answer
+        to one ("answered"): its waiters here look now, not at their next poll."""
         if kind == TASK_QUEUED:
             task = asyncio.get_running_loop().create_task(self.enqueued(name))
             self._wakeups.add(task)
             task.add_done_callback(self._wakeups.discard)
-        elif kind == TASK_DONE and (waiting := self._results.get(name)) is not None:
+        elif kind in (TASK_DONE, TASK_ASKED):
+            self._look_now(name)
+        elif kind == TASK_ANSWERED:
+            self.asks.answered(name)
+
+    def _look_now(self, execution_id: str) -> None:
+        if (waiting := self._results.get(execution_id)) is not None:
             waiting.set()
 
     async def enqueued(self, tenant: str) -> None:
@@ -273,11 +270,17 @@ class WorkerHub:
         self._results.setdefault(execution_id, asyncio.Event())
 
     async def outcome(
-        self, execution_id: str, *, rejoined: bool = False, queued: Task | None = None
+        self,
+        execution_id: str,
+        *,
+        rejoined: bool = False,
+        queued: Task | None = None,
+        asked: Callable[[Task], None] | None = None,
     ) -> TaskOutcome:
         """Wait for the task's outcome. `rejoined`: a run taken up again, whose worker gets
         one more lease to reconnect and hand its result in; `queued`: the task, just queued
-        here (nothing to look for before a first wake-up)."""
+        here (nothing to look for before a first wake-up); `asked`: given the task at each
+        look while it runs (its count of questions: runs/worker_questions.py)."""
         event = self._results.setdefault(execution_id, asyncio.Event())
         try:
             if rejoined:
@@ -287,8 +290,8 @@ class WorkerHub:
             while True:
                 taken = self._taken.pop(execution_id, None)
                 if taken is not None and queued is not None:
-                    return TaskOutcome(Ending.DONE, _done(queued, *taken))
-                found = await self._look(execution_id) if look else None
+                    return TaskOutcome(Ending.DONE, done(queued, *taken))
+                found = await look_at(self._store, execution_id, asked) if look else None
                 if found is not None:
                     return found
                 look = True
@@ -300,43 +303,6 @@ class WorkerHub:
         finally:
             self._results.pop(execution_id, None)
             self._taken.pop(execution_id, None)
-
-    async def _look(self, execution_id: str) -> TaskOutcome | None:
-        task = await self._store.worker_task(execution_id)
-        now = _now()
-        if task is None:
-            raise LookupError(f"task of execution {execution_id} not found")
-        if task.state == TaskState.DONE:
-            return TaskOutcome(Ending.DONE, task)
-        if task.state == TaskState.QUEUED and now >= task.schedule_deadline:
-            why = "no worker serving it took the call in time"
-            if await self._store.give_up_task(execution_id, TaskState.QUEUED, why):
-                return TaskOutcome(Ending.DONE, replace(task, state=TaskState.DONE, expired=True))
-        if task.state == TaskState.LEASED:
-            if task.lease_until is not None and task.lease_until < now:
-                return TaskOutcome(Ending.LOST, task)
-            late = task.deadline is not None and now > task.deadline + _GRACE
-            why = f"the worker did not answer within {task.timeout_s:g} s"
-            if late and await self._store.give_up_task(execution_id, TaskState.LEASED, why):
-                done = replace(task, state=TaskState.DONE, is_error=True, output=why)
-                return TaskOutcome(Ending.DONE, done)
-        return None
-
-
-_GRACE = timedelta(seconds=DEADLINE_GRACE_S)
-
-
-def _done(task: Task, worker: WorkerRecord, result: TaskResult) -> Task:
-    """`task` as the store now holds it, with `worker`'s `result` taken."""
-    return replace(
-        task,
-        state=TaskState.DONE,
-        worker_id=worker.id,
-        worker_name=worker.name,
-        output=result.output,
-        is_error=result.is_error,
-        retryable=result.retryable,
-    )
 
 
 def _now() -> datetime:

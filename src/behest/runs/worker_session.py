@@ -1,9 +1,10 @@
 """One worker's connection, served: tasks sent while it has room, heartbeats, results handed
-in and acknowledged, until the worker hangs up or this replica stops.
+in and acknowledged, its tasks' questions stored and answered (runs/worker_asks.py), until the
+worker hangs up or this replica stops.
 
-The edge (api/worker_service.py) gives the worker's messages as WorkerHeartbeat and
-TaskResult and sends back what this
-yields: Task (to run) and ResultAck.
+The edge (api/worker_service.py) gives the worker's messages as WorkerHeartbeat, WorkerDrain,
+TaskResult, WorkerVerdict and TaskQuestion, and sends back what this yields: Task (to run),
+ResultAck, VerifyRequest and TaskAnswer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from behest import bounded_json
-from behest.domain.workers import Task, TaskResult, VerifyRequest, WorkerRecord, WorkerVerdict
+from behest.domain.workers import (
+    Task,
+    TaskAnswer,
+    TaskQuestion,
+    TaskResult,
+    VerifyRequest,
+    WorkerRecord,
+    WorkerVerdict,
+)
 from behest.errors import Unavailable
 from behest.runs.worker_hub import WorkerHub
 from behest.tools.registry import ToolRegistry
@@ -43,6 +52,8 @@ class ResultAck:
 
 
 _END = object()
+Incoming = WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict | TaskQuestion
+Outgoing = Task | ResultAck | VerifyRequest | TaskAnswer
 
 
 class WorkerSession:
@@ -56,6 +67,10 @@ class WorkerSession:
         self._specs = {spec.name: spec for spec in worker.tools}
         self._out: asyncio.Queue[object] | None = None
         self._verdicts: dict[str, asyncio.Future[WorkerVerdict]] = {}
+        # Questions of its tasks waiting here for their answers, by execution id and number,
+        # and the jobs that wait for them.
+        self._asking: dict[tuple[str, int], TaskQuestion] = {}
+        self._questions: set[asyncio.Task[None]] = set()
 
     def verifies(self, tool_name: str) -> bool:
         spec = self._specs.get(tool_name)
@@ -74,9 +89,7 @@ class WorkerSession:
         finally:
             self._verdicts.pop(request.execution_id, None)
 
-    async def serve(
-        self, incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict]
-    ) -> AsyncIterator[Task | ResultAck | VerifyRequest]:
+    async def serve(self, incoming: AsyncIterator[Incoming]) -> AsyncIterator[Outgoing]:
         """What to send the worker, as its messages come in; ends when it hangs up.
         Raises Unavailable when this replica stops."""
         out: asyncio.Queue[object] = asyncio.Queue()
@@ -101,17 +114,20 @@ class WorkerSession:
                 item = getting.result()
                 if item is _END:
                     return
-                assert isinstance(item, Task | ResultAck | VerifyRequest)
+                if isinstance(item, Exception):
+                    raise item
+                assert isinstance(item, Outgoing)
                 # A task yielded counts as sent: if the stream broke as it went, its lease
                 # lapses and its run decides (an idempotent call runs again).
                 yield item
         finally:
             self._out = None
             self._hub.served(self)
-            for task in (reader, dispatcher, stop):
-                task.cancel()
+            jobs = [reader, dispatcher, stop, *self._questions]
+            for job in jobs:
+                job.cancel()
             with contextlib.suppress(BaseException):
-                await asyncio.gather(reader, dispatcher, stop, return_exceptions=True)
+                await asyncio.gather(*jobs, return_exceptions=True)
             await self._end(out)
 
     async def _end(self, out: asyncio.Queue[object]) -> None:
@@ -127,7 +143,7 @@ class WorkerSession:
 
     async def _read(
         self,
-        incoming: AsyncIterator[WorkerHeartbeat | WorkerDrain | TaskResult | WorkerVerdict],
+        incoming: AsyncIterator[Incoming],
         out: asyncio.Queue[object],
         dispatcher: asyncio.Task[None],
     ) -> None:
@@ -147,7 +163,31 @@ class WorkerSession:
                 waiting = self._verdicts.get(message.execution_id)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(message)
+            elif isinstance(message, TaskQuestion):
+                self._ask(message, out)
         await out.put(_END)
+
+    def _ask(self, question: TaskQuestion, out: asyncio.Queue[object]) -> None:
+        """Store a task's question and send its answer once it has one (the same question
+        asked again while it waits here gets that one answer)."""
+        key = (question.execution_id, question.number)
+        if self._asking.get(key) == question:
+            return
+        self._asking.setdefault(key, question)
+
+        async def answer() -> None:
+            try:
+                answered: TaskAnswer | Exception = await self._hub.asks.ask(self.worker, question)
+            except Exception as exc:  # the store failed: so does the stream (as for a result)
+                answered = exc
+            finally:
+                if self._asking.get(key) is question:
+                    del self._asking[key]
+            await out.put(answered)
+
+        job = asyncio.create_task(answer())
+        self._questions.add(job)
+        job.add_done_callback(self._questions.discard)
 
     async def _dispatch(self, out: asyncio.Queue[object]) -> None:
         while True:

@@ -17,10 +17,10 @@ from behest.domain.snapshots import Snapshot
 from behest.domain.spend import DailyUsage, Money
 from behest.domain.tickets import StreamTicket
 from behest.domain.waits import Answer, PendingCall, Submitted, WaitKind
-from behest.domain.workers import ResultRefused, Task, TaskResult, TaskState, WorkerRecord
 from behest.errors import StorageFault
 from behest.store.agent_store import AgentStore
 from behest.store.session_store import SessionStore
+from behest.store.worker_store import WorkerStore
 from behest.store.writes import BatchResult, NewRun, Write
 
 
@@ -44,7 +44,7 @@ class NodeRecord:
     pid: int
 
 
-class Store(AgentStore, SessionStore, Protocol):
+class Store(AgentStore, SessionStore, WorkerStore, Protocol):
     """Sessions, messages, runs, events, snapshots, idempotency keys and compaction state.
 
     Text handed to the store never contains NUL (PostgreSQL cannot store it): the API rejects
@@ -193,59 +193,6 @@ class Store(AgentStore, SessionStore, Protocol):
         execution RECONCILED by `by`, in one transaction. NotFound: no such execution;
         FailedPrecondition: it is not outcome-unknown (the same verdict again is accepted
         and changes nothing), or its run ended or stopped waiting for it."""
-        ...
-
-    # --- workers and their tasks (domain/workers.py) ------------------------------------
-
-    async def register_worker(self, worker: WorkerRecord, *, stale_before: datetime) -> int:
-        """Store a worker's new connection in place of the same worker's earlier ones (its
-        tenant and name) and over their leased tasks; drop workers not seen since
-        `stale_before`. How many tasks it took over."""
-        ...
-
-    async def worker_heartbeat(
-        self, worker_id: str, *, now: datetime, lease_until: datetime
-    ) -> None:
-        """The worker was seen now; its leased tasks' leases last until `lease_until`."""
-        ...
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        """The connection ended (its tasks keep their leases until they lapse)."""
-        ...
-
-    async def live_workers(self, *, tenant: str, since: datetime) -> list[WorkerRecord]:
-        """The tenant's workers seen since `since`, on any replica."""
-        ...
-
-    async def claim_task(
-        self, worker: WorkerRecord, tools: Sequence[str], *, now: datetime, lease_s: float
-    ) -> Task | None:
-        """Lease the oldest queued task of the worker's tenant for one of `tools`."""
-        ...
-
-    async def complete_task(
-        self, worker_id: str, result: TaskResult, *, now: datetime
-    ) -> ResultRefused | None:
-        """Take the worker's result of a task it holds (None), or say why not."""
-        ...
-
-    async def give_up_task(self, execution_id: str, state: TaskState, why: str) -> bool:
-        """End a task still in `state` (QUEUED: no worker took it in time; LEASED: its
-        worker did not answer in time) as an error saying `why`; False if its state changed."""
-        ...
-
-    async def release_task(self, execution_id: str, *, worker_id: str) -> None:
-        """A task leased to the worker but never sent to it: queued again."""
-        ...
-
-    async def rejoin_task(self, execution_id: str, *, lease_until: datetime) -> Task | None:
-        """The task again, a leased one's lease given one more term (a run taken up again)."""
-        ...
-
-    async def worker_task(self, execution_id: str) -> Task | None: ...
-
-    async def queued_tasks(self, tenant: str) -> int:
-        """How many of the tenant's tasks wait for a worker now."""
         ...
 
     # --- spend (domain/spend.py) --------------------------------------------------------

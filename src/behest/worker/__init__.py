@@ -17,6 +17,8 @@ Everything public is imported from here; the modules behind it are private, and 
 """
 
 from behest.worker._context import (
+    ElicitAction,
+    Reply,
     RetryableError,
     TaskContext,
     Verified,
@@ -27,6 +29,8 @@ from behest.worker._tools import WorkerTool
 from behest.worker._worker import Worker
 
 __all__ = [
+    "ElicitAction",
+    "Reply",
     "RetryableError",
     "TaskContext",
     "Verified",

@@ -1,16 +1,38 @@
-"""What a worker's tool knows of the task it serves, what a tool's check answers, and the
-errors the SDK speaks in."""
+"""What a worker's tool knows of the task it serves (and how it asks the run's user a
+question), what a tool's check answers, and the errors the SDK speaks in."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+import enum
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
+
+
+class ElicitAction(enum.StrEnum):
+    """How the user answered a task's question (MCP's elicitation actions)."""
+
+    ACCEPT = "accept"  # answered: the content is the answer
+    DECLINE = "decline"  # refused to answer
+    CANCEL = "cancel"  # dismissed it, or nobody answered in time
+
+
+class Reply(NamedTuple):
+    """The answer to `TaskContext.ask`: the action, and with ACCEPT the content (a dict that
+    fits the question's schema); `action, content = await context.ask(...)`."""
+
+    action: ElicitAction
+    content: dict[str, Any] | None = None
+
+
+# Puts a running task's questions to the server (_questions.py Questions.ask).
+Asker = Callable[["TaskContext", str, dict[str, Any]], Awaitable[Reply]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,8 +56,44 @@ class TaskContext:
     deadline: datetime | None = None
     worker_id: str = ""
 
+    async def ask(self, message: str, schema: dict[str, Any]) -> Reply:
+        """Ask the run's user `message` and wait for the answer; an accepted answer's content
+        fits `schema` (a JSON Schema of an object, as a dict). The Reply's action is ACCEPT
+        (with the content), DECLINE, or CANCEL (also: nobody answered in time: the question
+        waits within the task's deadline). The run shows WAITING_FOR_INPUT meanwhile.
+
+        A sync tool asks from its thread with `asyncio.run(context.ask(...))`. ValueError: a
+        question the server does not ask (its words say why: an empty or long message, a
+        schema that is not an object's); RuntimeError: this context's task does not run in
+        this worker (a check's context, say)."""
+        found = _askers.get(self.execution_id)
+        if found is None:
+            raise RuntimeError(f"{self.tool_name}: only a task running here asks the user")
+        loop, asker = found
+        if asyncio.get_running_loop() is loop:
+            return await asker(self, message, schema)
+        # Another loop (a sync tool's thread): the question goes out on the worker's.
+        asked = asyncio.run_coroutine_threadsafe(_asked(asker, self, message, schema), loop)
+        return await asyncio.wrap_future(asked)
+
+
+async def _asked(asker: Asker, context: TaskContext, message: str, schema: Any) -> Reply:
+    return await asker(context, message, schema)
+
 
 _current: ContextVar[TaskContext | None] = ContextVar("behest_task_context", default=None)
+# Who sends the questions of the tasks running now, by execution id, on the worker's loop.
+_askers: dict[str, tuple[asyncio.AbstractEventLoop, Asker]] = {}
+
+
+@contextlib.contextmanager
+def asking(context: TaskContext, asker: Asker) -> Iterator[None]:
+    """Inside the block, `context.ask` goes to `asker` (from any thread)."""
+    _askers[context.execution_id] = (asyncio.get_running_loop(), asker)
+    try:
+        yield
+    finally:
+        _askers.pop(context.execution_id, None)
 
 
 def current_task_context() -> TaskContext | None:

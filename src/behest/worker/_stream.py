@@ -1,9 +1,11 @@
 """One Connect stream, from hello to its end: the welcome awaited, then at once the server's
-instructions read (tasks started, acks taken, verifies checked), heartbeats sent twice per
-interval, results sent as they are made, and verdicts as their checks give them (on this
-stream only: one that breaks first is not sent; the server asks again if it needs to); once
-the worker stops and nothing is left in hand, the stream is half-closed from this side and the
-server's end awaited. Any other end raises StreamEnded with the status it ended with."""
+instructions read (tasks started, acks taken, verifies checked, answers handed to the tasks
+that asked), heartbeats sent twice per interval, results sent as they are made, the tasks'
+questions as they ask them (and again on each new stream until answered), and verdicts as
+their checks give them (on this stream only: one that breaks first is not sent; the server
+asks again if it needs to); once the worker stops and nothing is left in hand, the stream is
+half-closed from this side and the server's end awaited. Any other end raises StreamEnded
+with the status it ended with."""
 
 from __future__ import annotations
 
@@ -107,7 +109,11 @@ class Stream:
         log.info("connected to %s as worker %s; heartbeat every %g s", self._address,
                  welcome.worker_id, interval)  # fmt: skip
         reader = asyncio.create_task(self._read(welcome.worker_id))
-        helpers = [asyncio.create_task(self._beat(interval)), asyncio.create_task(self._send())]
+        helpers = [
+            asyncio.create_task(self._beat(interval)),
+            asyncio.create_task(self._send()),
+            asyncio.create_task(self._ask()),
+        ]
         drain = asyncio.create_task(self._drain())
         jobs = [reader, *helpers, drain]
         try:
@@ -139,6 +145,8 @@ class Stream:
                 self._tasks.take(instruction, worker_id)
             elif isinstance(instruction, _wire.Ack):
                 await self._tasks.acknowledged(instruction)
+            elif isinstance(instruction, _wire.Answer):
+                self._tasks.questions.answered(instruction)
             elif isinstance(instruction, _wire.Verify):
                 context = dataclasses.replace(instruction.context, worker_id=worker_id)
                 job = asyncio.create_task(
@@ -171,6 +179,13 @@ class Stream:
             for (execution_id, attempt), outcome in await self._tasks.results_for(self._number):
                 await self._write(_wire.result(execution_id, attempt, outcome))
                 log.debug("result of %s (attempt %d) sent", execution_id, attempt)
+
+    async def _ask(self) -> None:
+        questions = self._tasks.questions
+        while True:
+            for (execution_id, number), asked in await questions.to_send(self._number):
+                await self._write(_wire.ask(execution_id, number, asked.message, asked.schema))
+                log.debug("question %d of %s sent", number, execution_id)
 
     async def _drain(self) -> None:
         """Once the worker stops, nothing runs and the last acks came (or not in time):

@@ -1,7 +1,8 @@
 """The tasks a worker holds, across its streams: those running (at most max_tasks at once, a
-slot each), and the results the server has not acknowledged yet. A stream that breaks
-leaves both as they are: the tasks run on, and the next stream sends every result not yet
-acknowledged (the server takes one result per attempt, and its ack says)."""
+slot each), the questions they ask (_questions.py), and the results the server has not
+acknowledged yet. A stream that breaks leaves them as they are: the tasks run on, and the next
+stream sends every question not yet answered and every result not yet acknowledged (the
+server takes one result per attempt, and its ack says)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from behest.worker._calls import Outcome, run_task
-from behest.worker._context import TaskContext
+from behest.worker._context import TaskContext, asking
+from behest.worker._questions import Questions
 from behest.worker._tools import WorkerTool
 from behest.worker._wire import Ack, Task
 
@@ -35,6 +37,7 @@ class Tasks:
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._unacked: dict[Key, _Unacked] = {}
         self._changed = asyncio.Condition()
+        self.questions = Questions()
         self.taking = True  # False once the worker stops: tasks that come are not run
 
     @property
@@ -69,10 +72,13 @@ class Tasks:
                     missing = f"this worker does not serve a tool {context.tool_name!r}"
                     outcome = Outcome(missing, is_error=True)
                 else:
-                    outcome = await run_task(tool, arguments, context)
+                    with asking(context, self.questions.ask):
+                        outcome = await run_task(tool, arguments, context)
         except BaseException:
             self._running.pop(key, None)
             raise
+        finally:
+            self.questions.ended(context.execution_id)
         async with self._changed:
             # One step: never idle in between (a drain would end before the result is sent).
             del self._running[key]

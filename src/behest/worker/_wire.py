@@ -1,6 +1,6 @@
 """The worker's one meeting point with the wire: the WorkerService stub, the messages it
-sends (hello, heartbeat, result, verdict) and the instructions it reads (welcome, task, ack,
-verify). The only module of behest.worker that imports `behest._proto`."""
+sends (hello, heartbeat, result, verdict, ask) and the instructions it reads (welcome, task,
+ack, verify, answer). The only module of behest.worker that imports `behest._proto`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc.aio
 
-from behest._proto.agent.v1 import worker_pb2, worker_pb2_grpc
+from behest._proto.agent.v1 import run_pb2, worker_pb2, worker_pb2_grpc
 from behest.worker._calls import Outcome
 from behest.worker._checks import Verdict
 from behest.worker._context import TaskContext
@@ -48,6 +48,25 @@ class Ack:
     attempt: int
     accepted: bool
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer to a task's question: `action` ("accept", "decline", "cancel"; "" with
+    an error), with "accept" the content's JSON, or `error`: it was not asked, and why."""
+
+    execution_id: str
+    number: int
+    action: str
+    content: str
+    error: str
+
+
+_ACTIONS = {
+    run_pb2.ELICITATION_ACTION_ACCEPT: "accept",
+    run_pb2.ELICITATION_ACTION_DECLINE: "decline",
+    run_pb2.ELICITATION_ACTION_CANCEL: "cancel",
+}
 
 
 def connect(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> Any:
@@ -107,9 +126,17 @@ def verdict(execution_id: str, attempt: int, verdict: Verdict) -> worker_pb2.Wor
     )
 
 
+def ask(execution_id: str, number: int, message: str, schema: str) -> worker_pb2.WorkerMessage:
+    return worker_pb2.WorkerMessage(
+        ask=worker_pb2.WorkerAsk(
+            execution_id=execution_id, number=number, message=message, requested_schema=schema
+        )
+    )
+
+
 def instruction(
     message: worker_pb2.WorkerInstruction,
-) -> Welcome | Task | Ack | Verify | None:
+) -> Welcome | Task | Ack | Verify | Answer | None:
     """What the server said; None for an instruction newer than this SDK (ignored)."""
     kind = message.WhichOneof("instruction")
     if kind == "welcome":
@@ -122,6 +149,10 @@ def instruction(
         return Ack(ack.execution_id, ack.attempt, ack.accepted, ack.reason)
     if kind == "verify":
         return _verify(message.verify)
+    if kind == "answer":
+        answer = message.answer
+        action = _ACTIONS.get(answer.action, "")
+        return Answer(answer.execution_id, answer.number, action, answer.content, answer.error)
     return None
 
 

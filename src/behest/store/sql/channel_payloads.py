@@ -31,8 +31,10 @@ from behest import bounded_json
 EVENTS = "behest_events"
 SIGNALS = "behest_signals"
 # Signals of workers' tasks: one of a tenant's was queued (its "run" names the tenant), one's
-# result was taken (the execution id).
+# result was taken (the execution id), one asked a question, or one's question was answered
+# (the execution id).
 TASK_QUEUED, TASK_DONE = "task", "result"
+TASK_ASKED, TASK_ANSWERED = "asked", "answered"
 
 # PostgreSQL refuses payloads of 8,000 bytes or more; we send some room to spare.
 POSTGRES_PAYLOAD_BYTES = 8000

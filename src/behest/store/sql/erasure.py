@@ -167,6 +167,8 @@ def delete_runs(
         conn.execute(sa.delete(executions).where(executions.c.run_id.in_(chunk)))
         tasks = tt.worker_tasks
         conn.execute(sa.delete(tasks).where(tasks.c.run_id.in_(chunk)))
+        questions = tt.worker_questions
+        conn.execute(sa.delete(questions).where(questions.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
         tickets = t.stream_tickets
         conn.execute(sa.delete(tickets).where(tickets.c.run_id.in_(chunk)))

@@ -41,6 +41,7 @@ from behest.store.sql.faults import fault_of
 from behest.store.sql.sessions import SessionsInSql
 from behest.store.sql.steers import SteersInSql
 from behest.store.sql.tickets import StreamTicketsInSql
+from behest.store.sql.worker_questions import WorkerQuestionsInSql
 from behest.store.sql.workers import WorkersInSql
 from behest.store.sql.writes import apply_writes
 from behest.store.writes import BatchResult, NewRun, Write
@@ -52,7 +53,13 @@ CREATION_ROWS = 5
 
 
 class SqlStore(
-    ToolExecutionsInSql, WorkersInSql, StreamTicketsInSql, AgentsInSql, SessionsInSql, SteersInSql
+    ToolExecutionsInSql,
+    WorkersInSql,
+    WorkerQuestionsInSql,
+    StreamTicketsInSql,
+    AgentsInSql,
+    SessionsInSql,
+    SteersInSql,
 ):
     """Sessions, runs, events, messages, snapshots and compaction state in one database."""
 

@@ -1,6 +1,7 @@
 """Tables of tools that run elsewhere (SQLAlchemy Core, in tables.py's metadata): tool
-executions and their transitions (migration 0016), workers and their tasks (migration 0017).
-Schema changes also need a migration in migrations/."""
+executions and their transitions (migration 0016), workers and their tasks (migration 0017),
+the questions tasks ask (migration 0023). Schema changes also need a migration in
+migrations/."""
 
 from __future__ import annotations
 
@@ -87,8 +88,30 @@ worker_tasks = sa.Table(
     sa.Column("is_error", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("retryable", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("expired", sa.Boolean, nullable=False, server_default=sa.false()),
+    # How many questions it asked (worker_questions; migration 0023).
+    sa.Column("questions", sa.Integer, nullable=False, server_default="0"),
     # A worker takes the oldest queued task of its tenant's that it serves.
     sa.Index("ix_worker_tasks_queue", "tenant", "state", "created_at"),
     sa.Index("ix_worker_tasks_worker", "worker_id"),
     sa.Index("ix_worker_tasks_run", "run_id"),
+)
+
+# The questions running tasks ask the run's user (domain/workers.py TaskQuestion; migration
+# 0023): stored by the worker's replica, answered by the run's.
+worker_questions = sa.Table(
+    "worker_questions",
+    metadata,
+    sa.Column("execution_id", sa.String(36), primary_key=True),
+    sa.Column("number", sa.Integer, primary_key=True),
+    # The task's run, so that erasure and retention delete them by run.
+    sa.Column("run_id", sa.String(36), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("requested_schema", sa.Text, nullable=False),
+    sa.Column("asked_at", Ts, nullable=False),
+    # The answer: set once, with answered_at (an ElicitAction; NULL with an error).
+    sa.Column("action", sa.SmallInteger, nullable=True),
+    sa.Column("content", sa.Text, nullable=False, server_default=""),
+    sa.Column("error", sa.Text, nullable=False, server_default=""),
+    sa.Column("answered_at", Ts, nullable=True),
+    sa.Index("ix_worker_questions_run", "run_id"),
 )

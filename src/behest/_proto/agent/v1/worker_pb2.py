@@ -22,40 +22,45 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from behest._proto.agent.v1 import run_pb2 as agent_dot_v1_dot_run__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gent/v1/worker.proto\x12\x08\x61gent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x02\n\x0eWorkerToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11parameters_schema\x18\x03 \x01(\t\x12\x15\n\routput_schema\x18\x04 \x01(\t\x12\x12\n\nidempotent\x18\x05 \x01(\x08\x12\x11\n\tread_only\x18\x06 \x01(\x08\x12\x18\n\x10\x63oncurrency_safe\x18\x07 \x01(\x08\x12\x19\n\x11requires_approval\x18\x08 \x01(\x08\x12\x11\n\ttimeout_s\x18\t \x01(\x01\x12\x1a\n\x12schedule_timeout_s\x18\n \x01(\x01\x12\x14\n\x0cmax_attempts\x18\x0b \x01(\r\x12\x12\n\nverifiable\x18\x0c \x01(\x08\"W\n\x0bWorkerHello\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x05tools\x18\x02 \x03(\x0b\x32\x18.agent.v1.WorkerToolSpec\x12\x11\n\tmax_tasks\x18\x03 \x01(\r\"\x11\n\x0fWorkerHeartbeat\"j\n\x0cWorkerResult\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x10\n\x08is_error\x18\x04 \x01(\x08\x12\x11\n\tretryable\x18\x05 \x01(\x08\"\r\n\x0bWorkerDrain\"t\n\rWorkerVerdict\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05known\x18\x03 \x01(\x08\x12\x0b\n\x03ran\x18\x04 \x01(\x08\x12\x0e\n\x06output\x18\x05 \x01(\t\x12\x10\n\x08is_error\x18\x06 \x01(\x08\"\xf0\x01\n\rWorkerMessage\x12&\n\x05hello\x18\x01 \x01(\x0b\x32\x15.agent.v1.WorkerHelloH\x00\x12.\n\theartbeat\x18\x02 \x01(\x0b\x32\x19.agent.v1.WorkerHeartbeatH\x00\x12(\n\x06result\x18\x03 \x01(\x0b\x32\x16.agent.v1.WorkerResultH\x00\x12&\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x15.agent.v1.WorkerDrainH\x00\x12*\n\x07verdict\x18\x05 \x01(\x0b\x32\x17.agent.v1.WorkerVerdictH\x00\x42\t\n\x07message\"@\n\rWorkerWelcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\"\xd5\x01\n\nWorkerTask\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06run_id\x18\x07 \x01(\t\x12\x12\n\nsession_id\x18\x08 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\t \x01(\t\"Z\n\x0fWorkerResultAck\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x95\x01\n\x0cWorkerVerify\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x07 \x01(\t\"\xc8\x01\n\x11WorkerInstruction\x12*\n\x07welcome\x18\x01 \x01(\x0b\x32\x17.agent.v1.WorkerWelcomeH\x00\x12$\n\x04task\x18\x02 \x01(\x0b\x32\x14.agent.v1.WorkerTaskH\x00\x12(\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x19.agent.v1.WorkerResultAckH\x00\x12(\n\x06verify\x18\x04 \x01(\x0b\x32\x16.agent.v1.WorkerVerifyH\x00\x42\r\n\x0binstruction2T\n\rWorkerService\x12\x43\n\x07\x43onnect\x12\x17.agent.v1.WorkerMessage\x1a\x1b.agent.v1.WorkerInstruction(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gent/v1/worker.proto\x12\x08\x61gent.v1\x1a\x12\x61gent/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x02\n\x0eWorkerToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11parameters_schema\x18\x03 \x01(\t\x12\x15\n\routput_schema\x18\x04 \x01(\t\x12\x12\n\nidempotent\x18\x05 \x01(\x08\x12\x11\n\tread_only\x18\x06 \x01(\x08\x12\x18\n\x10\x63oncurrency_safe\x18\x07 \x01(\x08\x12\x19\n\x11requires_approval\x18\x08 \x01(\x08\x12\x11\n\ttimeout_s\x18\t \x01(\x01\x12\x1a\n\x12schedule_timeout_s\x18\n \x01(\x01\x12\x14\n\x0cmax_attempts\x18\x0b \x01(\r\x12\x12\n\nverifiable\x18\x0c \x01(\x08\"W\n\x0bWorkerHello\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x05tools\x18\x02 \x03(\x0b\x32\x18.agent.v1.WorkerToolSpec\x12\x11\n\tmax_tasks\x18\x03 \x01(\r\"\x11\n\x0fWorkerHeartbeat\"j\n\x0cWorkerResult\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x10\n\x08is_error\x18\x04 \x01(\x08\x12\x11\n\tretryable\x18\x05 \x01(\x08\"\r\n\x0bWorkerDrain\"t\n\rWorkerVerdict\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05known\x18\x03 \x01(\x08\x12\x0b\n\x03ran\x18\x04 \x01(\x08\x12\x0e\n\x06output\x18\x05 \x01(\t\x12\x10\n\x08is_error\x18\x06 \x01(\x08\"\\\n\tWorkerAsk\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x18\n\x10requested_schema\x18\x04 \x01(\t\"\x94\x02\n\rWorkerMessage\x12&\n\x05hello\x18\x01 \x01(\x0b\x32\x15.agent.v1.WorkerHelloH\x00\x12.\n\theartbeat\x18\x02 \x01(\x0b\x32\x19.agent.v1.WorkerHeartbeatH\x00\x12(\n\x06result\x18\x03 \x01(\x0b\x32\x16.agent.v1.WorkerResultH\x00\x12&\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x15.agent.v1.WorkerDrainH\x00\x12*\n\x07verdict\x18\x05 \x01(\x0b\x32\x17.agent.v1.WorkerVerdictH\x00\x12\"\n\x03\x61sk\x18\x06 \x01(\x0b\x32\x13.agent.v1.WorkerAskH\x00\x42\t\n\x07message\"@\n\rWorkerWelcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\"\xd5\x01\n\nWorkerTask\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06run_id\x18\x07 \x01(\t\x12\x12\n\nsession_id\x18\x08 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\t \x01(\t\"Z\n\x0fWorkerResultAck\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x95\x01\n\x0cWorkerVerify\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x07 \x01(\t\"\x81\x01\n\x0cWorkerAnswer\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12+\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x1b.agent.v1.ElicitationAction\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"\xf2\x01\n\x11WorkerInstruction\x12*\n\x07welcome\x18\x01 \x01(\x0b\x32\x17.agent.v1.WorkerWelcomeH\x00\x12$\n\x04task\x18\x02 \x01(\x0b\x32\x14.agent.v1.WorkerTaskH\x00\x12(\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x19.agent.v1.WorkerResultAckH\x00\x12(\n\x06verify\x18\x04 \x01(\x0b\x32\x16.agent.v1.WorkerVerifyH\x00\x12(\n\x06\x61nswer\x18\x05 \x01(\x0b\x32\x16.agent.v1.WorkerAnswerH\x00\x42\r\n\x0binstruction2T\n\rWorkerService\x12\x43\n\x07\x43onnect\x12\x17.agent.v1.WorkerMessage\x1a\x1b.agent.v1.WorkerInstruction(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agent.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKERTOOLSPEC']._serialized_start=69
-  _globals['_WORKERTOOLSPEC']._serialized_end=351
-  _globals['_WORKERHELLO']._serialized_start=353
-  _globals['_WORKERHELLO']._serialized_end=440
-  _globals['_WORKERHEARTBEAT']._serialized_start=442
-  _globals['_WORKERHEARTBEAT']._serialized_end=459
-  _globals['_WORKERRESULT']._serialized_start=461
-  _globals['_WORKERRESULT']._serialized_end=567
-  _globals['_WORKERDRAIN']._serialized_start=569
-  _globals['_WORKERDRAIN']._serialized_end=582
-  _globals['_WORKERVERDICT']._serialized_start=584
-  _globals['_WORKERVERDICT']._serialized_end=700
-  _globals['_WORKERMESSAGE']._serialized_start=703
-  _globals['_WORKERMESSAGE']._serialized_end=943
-  _globals['_WORKERWELCOME']._serialized_start=945
-  _globals['_WORKERWELCOME']._serialized_end=1009
-  _globals['_WORKERTASK']._serialized_start=1012
-  _globals['_WORKERTASK']._serialized_end=1225
-  _globals['_WORKERRESULTACK']._serialized_start=1227
-  _globals['_WORKERRESULTACK']._serialized_end=1317
-  _globals['_WORKERVERIFY']._serialized_start=1320
-  _globals['_WORKERVERIFY']._serialized_end=1469
-  _globals['_WORKERINSTRUCTION']._serialized_start=1472
-  _globals['_WORKERINSTRUCTION']._serialized_end=1672
-  _globals['_WORKERSERVICE']._serialized_start=1674
-  _globals['_WORKERSERVICE']._serialized_end=1758
+  _globals['_WORKERTOOLSPEC']._serialized_start=89
+  _globals['_WORKERTOOLSPEC']._serialized_end=371
+  _globals['_WORKERHELLO']._serialized_start=373
+  _globals['_WORKERHELLO']._serialized_end=460
+  _globals['_WORKERHEARTBEAT']._serialized_start=462
+  _globals['_WORKERHEARTBEAT']._serialized_end=479
+  _globals['_WORKERRESULT']._serialized_start=481
+  _globals['_WORKERRESULT']._serialized_end=587
+  _globals['_WORKERDRAIN']._serialized_start=589
+  _globals['_WORKERDRAIN']._serialized_end=602
+  _globals['_WORKERVERDICT']._serialized_start=604
+  _globals['_WORKERVERDICT']._serialized_end=720
+  _globals['_WORKERASK']._serialized_start=722
+  _globals['_WORKERASK']._serialized_end=814
+  _globals['_WORKERMESSAGE']._serialized_start=817
+  _globals['_WORKERMESSAGE']._serialized_end=1093
+  _globals['_WORKERWELCOME']._serialized_start=1095
+  _globals['_WORKERWELCOME']._serialized_end=1159
+  _globals['_WORKERTASK']._serialized_start=1162
+  _globals['_WORKERTASK']._serialized_end=1375
+  _globals['_WORKERRESULTACK']._serialized_start=1377
+  _globals['_WORKERRESULTACK']._serialized_end=1467
+  _globals['_WORKERVERIFY']._serialized_start=1470
+  _globals['_WORKERVERIFY']._serialized_end=1619
+  _globals['_WORKERANSWER']._serialized_start=1622
+  _globals['_WORKERANSWER']._serialized_end=1751
+  _globals['_WORKERINSTRUCTION']._serialized_start=1754
+  _globals['_WORKERINSTRUCTION']._serialized_end=1996
+  _globals['_WORKERSERVICE']._serialized_start=1998
+  _globals['_WORKERSERVICE']._serialized_end=2082
 # @@protoc_insertion_point(module_scope)

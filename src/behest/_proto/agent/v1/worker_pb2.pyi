@@ -3,6 +3,7 @@
 isort:skip_file
 """
 
+from behest._proto.agent.v1 import run_pb2 as _run_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -229,6 +230,44 @@ class WorkerVerdict(_message.Message):
 Global___WorkerVerdict: _TypeAlias = WorkerVerdict  # noqa: Y015
 
 @_typing.final
+class WorkerAsk(_message.Message):
+    """Added in behest 0.11: a running task asks the run's user a question (an elicitation, as a
+    plugin tool's ToolContext.ask); the server answers it with one `answer`. Send it again on
+    each new stream until then: the execution id and the number name it, and a question asked
+    again is not put to the user twice.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REQUESTED_SCHEMA_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """The task that asks: one this worker holds."""
+    number: _builtins.int
+    """Counts the task's questions from 1, in the order the task asks them."""
+    message: _builtins.str
+    """What the user is shown."""
+    requested_schema: _builtins.str
+    """The JSON Schema (JSON text) that an accepted answer's content fits: an object schema."""
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        number: _builtins.int = ...,
+        message: _builtins.str = ...,
+        requested_schema: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "message", b"message", "number", b"number", "requested_schema", b"requested_schema"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerAsk: _TypeAlias = WorkerAsk  # noqa: Y015
+
+@_typing.final
 class WorkerMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -237,6 +276,7 @@ class WorkerMessage(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
+    ASK_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___WorkerHello: ...
     @_builtins.property
@@ -247,6 +287,10 @@ class WorkerMessage(_message.Message):
     def drain(self) -> Global___WorkerDrain: ...
     @_builtins.property
     def verdict(self) -> Global___WorkerVerdict: ...
+    @_builtins.property
+    def ask(self) -> Global___WorkerAsk:
+        """Added in behest 0.11."""
+
     def __init__(
         self,
         *,
@@ -255,12 +299,13 @@ class WorkerMessage(_message.Message):
         result: Global___WorkerResult | None = ...,
         drain: Global___WorkerDrain | None = ...,
         verdict: Global___WorkerVerdict | None = ...,
+        ask: Global___WorkerAsk | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result", "verdict", b"verdict"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "result", b"result", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "heartbeat", "result", "drain", "verdict"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "heartbeat", "result", "drain", "verdict", "ask"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 
@@ -418,6 +463,46 @@ class WorkerVerify(_message.Message):
 Global___WorkerVerify: _TypeAlias = WorkerVerify  # noqa: Y015
 
 @_typing.final
+class WorkerAnswer(_message.Message):
+    """Added in behest 0.11: the answer to an `ask` (one per question)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    number: _builtins.int
+    action: _run_pb2.ElicitationAction.ValueType
+    """How the user answered: ACCEPT (with the content), DECLINE, or CANCEL (also: nobody
+    answered in time). UNSPECIFIED with an error.
+    """
+    content: _builtins.str
+    """With ACCEPT: the answer, a JSON object (as JSON text) that fits the requested_schema."""
+    error: _builtins.str
+    """Not empty: the question was not asked, and this says why (a message or schema behest
+    does not ask, a task this worker does not hold).
+    """
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        number: _builtins.int = ...,
+        action: _run_pb2.ElicitationAction.ValueType = ...,
+        content: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "content", b"content", "error", b"error", "execution_id", b"execution_id", "number", b"number"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerAnswer: _TypeAlias = WorkerAnswer  # noqa: Y015
+
+@_typing.final
 class WorkerInstruction(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -425,6 +510,7 @@ class WorkerInstruction(_message.Message):
     TASK_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
     VERIFY_FIELD_NUMBER: _builtins.int
+    ANSWER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def welcome(self) -> Global___WorkerWelcome: ...
     @_builtins.property
@@ -433,6 +519,10 @@ class WorkerInstruction(_message.Message):
     def ack(self) -> Global___WorkerResultAck: ...
     @_builtins.property
     def verify(self) -> Global___WorkerVerify: ...
+    @_builtins.property
+    def answer(self) -> Global___WorkerAnswer:
+        """Added in behest 0.11."""
+
     def __init__(
         self,
         *,
@@ -440,12 +530,13 @@ class WorkerInstruction(_message.Message):
         task: Global___WorkerTask | None = ...,
         ack: Global___WorkerResultAck | None = ...,
         verify: Global___WorkerVerify | None = ...,
+        answer: Global___WorkerAnswer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "instruction", b"instruction", "task", b"task", "verify", b"verify", "welcome", b"welcome"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "answer", b"answer", "instruction", b"instruction", "task", b"task", "verify", b"verify", "welcome", b"welcome"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "instruction", b"instruction", "task", b"task", "verify", b"verify", "welcome", b"welcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "answer", b"answer", "instruction", b"instruction", "task", b"task", "verify", b"verify", "welcome", b"welcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_instruction: _TypeAlias = _typing.Literal["welcome", "task", "ack", "verify"]  # noqa: Y015
+    _WhichOneofReturnType_instruction: _TypeAlias = _typing.Literal["welcome", "task", "ack", "verify", "answer"]  # noqa: Y015
     _WhichOneofArgType_instruction: _TypeAlias = _typing.Literal["instruction", b"instruction"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_instruction) -> _WhichOneofReturnType_instruction | None: ...
 
