@@ -12,7 +12,7 @@ from behest.domain.executions import Verdict
 from behest.domain.messages import ToolCall
 from behest.domain.runs import BusyPolicy, FinishReason, RunStatus
 from behest.domain.spend import BudgetKind, CancelSource, FailureCode, Money, TokenUsage
-from behest.domain.waits import Decision
+from behest.domain.waits import Decision, ElicitAction
 from behest.store.sql.store import SqlStore
 from behest.store.writes import AppendEvent
 from tests.store.helpers import SPAN_ID, TRACE_ID, create, event, events, new_id
@@ -107,6 +107,26 @@ EVERY_KIND: list[ev.Payload] = [
         reason="a refund ✓",
     ),
     ev.UserMessageAdded(message_id=new_id(), text="and one more thing ✓"),
+    ev.ElicitationRequested(
+        elicitation_id="call_8~1-0123456789ab",
+        call_id="call_8",
+        tool_name="echo__book",
+        message="How many nights in Lisboa ✓?",
+        requested_schema='{"type":"object","properties":{"nights":{"type":"integer"}}}',
+        expires_at=datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
+    ),
+    ev.ElicitationAnswered(
+        elicitation_id="call_8~1-0123456789ab",
+        call_id="call_8",
+        tool_name="echo__book",
+        action=ElicitAction.DECLINE,
+        answered_by="carol",
+        timed_out=False,
+        replayed=True,
+    ),
+    ev.ToolExecutionFinished(
+        call_id="call_9", tool_name="slow", duration_ms=12, is_error=True, cancelled=True
+    ),
     ev.RunStarted(
         session_id=new_id(),
         provider="local",
