@@ -309,6 +309,7 @@ def serve(settings: Settings) -> str:
 
 async def _serve(settings: Settings) -> str:
     app = App(settings)
+    logs.tag(node=app.node.name)  # the service.instance.id of its spans and metrics
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
