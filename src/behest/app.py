@@ -160,6 +160,7 @@ class App:
                 tls=settings.tls,
                 open_streams=self.admission.open_streams,
                 front=doors_front(self.server.services, settings, self.runs),
+                grpc_port=lambda: self.server.port,
             )
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:
