@@ -119,12 +119,15 @@ async def server_process(
     serving: dict[str, object] | None = None,
     *,
     listen: str = "127.0.0.1:0",
+    lines: list[str] | None = None,
     **settings: str,
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """`behest serve` in a child process (on an ephemeral port unless `listen` names one);
     yields (process, address) once it serves.
 
-    `settings`: extra BEHEST_* variables; `serving` receives the "behest serving" log entry.
+    `settings`: extra BEHEST_* variables; `serving` receives the "behest serving" log entry;
+    `lines`, every line of its stderr, the first ones included, and once it has exited by
+    itself (a SIGTERM) the last ones too.
     """
     env = {**os.environ, "BEHEST_LOG_FORMAT": "json", "BEHEST_SHUTDOWN_GRACE_S": "0", **settings}
     process = await asyncio.create_subprocess_exec(
@@ -140,25 +143,28 @@ async def server_process(
         env=env,
     )
     assert process.stderr is not None
+    kept = SERVER_LOGS.setdefault(process.pid, []) if lines is None else lines
     port = None
     async with asyncio.timeout(30):
         while port is None:
             line = await process.stderr.readline()
             assert line, "server exited before serving"
+            kept.append(line.decode(errors="replace").rstrip())
             entry = json.loads(line) if line.startswith(b"{") else {}
             if entry.get("msg") == "behest serving":
                 port = entry["port"]
                 if serving is not None:
                     serving.update(entry)
-    drain = asyncio.create_task(
-        _keep_lines(process.stderr, SERVER_LOGS.setdefault(process.pid, []))
-    )
+    drain = asyncio.create_task(_keep_lines(process.stderr, kept, whole=lines is not None))
     try:
         yield process, f"127.0.0.1:{port}"
     finally:
-        if process.returncode is None:
+        exited = process.returncode is not None
+        if not exited:
             process.kill()
         await process.wait()
+        if exited and lines is not None:
+            await asyncio.wait_for(drain, 10)
         drain.cancel()
 
 
@@ -166,10 +172,11 @@ async def server_process(
 SERVER_LOGS: dict[int, list[str]] = {}
 
 
-async def _keep_lines(stream: asyncio.StreamReader, lines: list[str]) -> None:
+async def _keep_lines(stream: asyncio.StreamReader, lines: list[str], *, whole: bool) -> None:
     async for line in stream:
         lines.append(line.decode(errors="replace").rstrip())
-        del lines[:-200]
+        if not whole:
+            del lines[:-200]
 
 
 def sqlite_at_revision(path: Path, revision: str) -> None:

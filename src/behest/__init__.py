@@ -6,7 +6,9 @@ asked for, so that `import behest` stays cheap.
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.4.0"
+# The one place the version is written (pyproject.toml reads it here): the newest
+# "Added in behest X" of the contract's proto comments is never above it (tests say so).
+__version__ = "0.11.0"
 __all__ = ["BehestClient", "__version__"]
 
 if TYPE_CHECKING:

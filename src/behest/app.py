@@ -160,6 +160,7 @@ class App:
                 tls=settings.tls,
                 open_streams=self.admission.open_streams,
                 front=doors_front(self.server.services, settings, self.runs),
+                grpc_port=lambda: self.server.port,
             )
 
     def _executor(self, settings: Settings, compaction: CompactionSettings) -> Executor:
@@ -309,6 +310,7 @@ def serve(settings: Settings) -> str:
 
 async def _serve(settings: Settings) -> str:
     app = App(settings)
+    logs.tag(node=app.node.name)  # the service.instance.id of its spans and metrics
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

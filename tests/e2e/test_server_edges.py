@@ -44,6 +44,44 @@ async def test_concurrent_run_limit_is_resource_exhausted(tmp_path: Path) -> Non
         await stop_server(server)
 
 
+async def test_creates_per_minute_counts_the_runs_created_not_the_requests(
+    tmp_path: Path,
+) -> None:
+    server = await start_server(
+        fast_settings(tmp_path, creates_per_minute=5, max_concurrent_runs=1)
+    )
+    try:
+        first = await server.runs.CreateRun(
+            create_request(SLOW, model="script", client_request_id="first")
+        )
+        for _ in range(4):  # refused for concurrency: none of them is a creation
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await server.runs.CreateRun(create_request("one more"))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert (err.value.details() or "").startswith(
+                "max_concurrent_runs: this server has 1 active runs, its limit (1)"
+            )
+        await server.runs.CancelRun(pb.CancelRunRequest(run_id=first.run_id))
+        events = await collect(server.runs.CreateRunStream(create_request("right after")))
+        assert kind(events[-1]) == "run_completed"
+        for _ in range(3):  # repeats of a creation create nothing, and count for nothing
+            again = await server.runs.CreateRun(
+                create_request(SLOW, model="script", client_request_id="first")
+            )
+            assert again.run_id == first.run_id
+        for n in range(3):  # 2 runs created: 3 more fit in the minute, not a fourth
+            events = await collect(server.runs.CreateRunStream(create_request(f"run {n}")))
+            assert kind(events[-1]) == "run_completed"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await server.runs.CreateRun(create_request("a sixth"))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (err.value.details() or "").startswith(
+            "creates_per_minute: this tenant may create 5 runs a minute; retry in"
+        )
+    finally:
+        await stop_server(server)
+
+
 async def test_stream_limit_never_blocks_unary_calls(tmp_path: Path) -> None:
     server = await start_server(fast_settings(tmp_path, max_streams=1))
     try:

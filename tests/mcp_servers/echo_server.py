@@ -134,4 +134,6 @@ if __name__ == "__main__":
     if "--http" in sys.argv:
         anyio.run(_serve_http)
     else:
+        # A line on stderr, as servers print: behest logs it as an entry naming the server.
+        print(f"echo MCP server (pid {os.getpid()}) serving over stdio", file=sys.stderr)
         server.run("stdio")

@@ -26,6 +26,17 @@ class _Bucket:
 
     tokens: float
     at: float
+    per_minute: float
+
+
+class Creation:
+    """One creation taken from a tenant's bucket for a CreateRun: `created` once it made a
+    run, else it is given back."""
+
+    __slots__ = ("created",)
+
+    def __init__(self) -> None:
+        self.created = False
 
 
 class Admission:
@@ -91,15 +102,33 @@ class Admission:
             else:
                 del self._streams[tenant]
 
-    def take_creation(self, tenant: str) -> None:
-        """Take one run creation from the tenant's bucket (a minute's worth, refilled evenly)."""
+    @contextlib.contextmanager
+    def creation(self, tenant: str) -> Iterator[Creation]:
+        """Take one of the tenant's creations for the CreateRun in the block, and give it back
+        unless the block marks a run created: creates_per_minute counts runs created, not
+        requests (a refused or failed creation, an idempotent repeat, a message steered into
+        an active run count for nothing). A caller that goes away keeps it taken: its
+        creation may still commit."""
+        bucket = self._take(tenant)
+        taken = Creation()
+        try:
+            yield taken
+        except Exception:
+            _give_back(bucket)
+            raise
+        if not taken.created:
+            _give_back(bucket)
+
+    def _take(self, tenant: str) -> _Bucket | None:
+        """Take one creation from the tenant's bucket (a minute's worth, refilled evenly);
+        None when the tenant has no such limit."""
         per_minute = self._tenancy.limits(tenant).creates_per_minute
         if not per_minute:
-            return
+            return None
         now = self._clock()
         bucket = self._buckets.get(tenant)
         if bucket is None:
-            bucket = self._buckets[tenant] = _Bucket(per_minute, now)
+            bucket = self._buckets[tenant] = _Bucket(per_minute, now, per_minute)
         bucket.tokens = min(per_minute, bucket.tokens + (now - bucket.at) * per_minute / 60)
         bucket.at = now
         if bucket.tokens < 1:
@@ -109,3 +138,9 @@ class Admission:
                 f"retry in {wait_s:.1f} s"
             )
         bucket.tokens -= 1
+        return bucket
+
+
+def _give_back(bucket: _Bucket | None) -> None:
+    if bucket is not None:
+        bucket.tokens = min(bucket.per_minute, bucket.tokens + 1)

@@ -19,6 +19,7 @@ from behest.api.answers import (
 from behest.api.auth import current_caller
 from behest.api.fields import uuid_field
 from behest.api.queries import events_query, run_query
+from behest.domain.runs import CreatedRun
 from behest.domain.waits import WaitKind
 from behest.observability.trace_context import traceparent_in
 from behest.runs.operations import Operations
@@ -37,12 +38,7 @@ class RunServicer:
     async def CreateRun(
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateRunResponse:
-        caller = current_caller()
-        await self._runs.know_workers(caller)
-        limits = self._admission.request_limits(caller.tenant)
-        run = await agent_run_request(request, limits, self._runs, self._runs.agents, caller)
-        self._admission.take_creation(caller.tenant)
-        created = await self._runs.create(caller, run, traceparent=traceparent(context))
+        created = await self._create(request, context)
         return pb.CreateRunResponse(
             run_id=created.run.id, session_id=created.run.session_id, steered=created.steered
         )
@@ -50,14 +46,22 @@ class RunServicer:
     async def CreateRunStream(
         self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AgentEvent]:
+        created = await self._create(request, context)
+        async for event in self._runs.follow_created(created.run.id):
+            yield convert.event(event)
+
+    async def _create(
+        self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
+    ) -> CreatedRun:
+        """Create the run asked for; creates_per_minute counts it only if it was created."""
         caller = current_caller()
         await self._runs.know_workers(caller)
         limits = self._admission.request_limits(caller.tenant)
         run = await agent_run_request(request, limits, self._runs, self._runs.agents, caller)
-        self._admission.take_creation(caller.tenant)
-        events = self._runs.create_and_follow(caller, run, traceparent=traceparent(context))
-        async for event in events:
-            yield convert.event(event)
+        with self._admission.creation(caller.tenant) as creation:
+            created = await self._runs.create(caller, run, traceparent=traceparent(context))
+            creation.created = created.created
+        return created
 
     async def WatchRunEvents(
         self, request: pb.WatchRunEventsRequest, context: grpc.aio.ServicerContext

@@ -1,4 +1,8 @@
-"""Structured logs: one JSON object per line on stderr (or plain text for humans)."""
+"""Structured logs: one JSON object per line on stderr (or plain text for humans).
+
+Every JSON line of a server names its node (`tag`): the node id, which is also the
+service.instance.id of its spans and metrics (telemetry.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import sys
 from datetime import UTC, datetime
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+# Fields on every JSON line of this process from `tag` on.
+_EVERY_LINE: dict[str, str] = {}
 
 
 class JsonFormatter(logging.Formatter):
@@ -17,6 +23,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **_EVERY_LINE,
         }
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
@@ -42,6 +49,11 @@ QUIET = (
     "mcp",
     "urllib3",
 )
+
+
+def tag(**fields: str) -> None:
+    """Put `fields` on every JSON line this process writes from now on (its node id)."""
+    _EVERY_LINE.update(fields)
 
 
 def setup(level: str, fmt: str) -> None:

@@ -253,14 +253,15 @@ def _metric_exporter(target: _Target) -> MetricExporter:
 
 
 def _resource(instance: str) -> Resource:
-    """service.name behest (unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say
-    otherwise), its version and the node id; the environment's attributes win."""
-    own: dict[str, str] = {"service.version": __version__}
-    if instance:
-        own["service.instance.id"] = instance
-    resource = Resource(own).merge(Resource.create())
+    """service.name behest and service.version behest's, unless OTEL_SERVICE_NAME or
+    OTEL_RESOURCE_ATTRIBUTES say otherwise; service.instance.id the node id, always: the
+    SDK's own detector gives each process a random UUID, which no log line or stored run
+    names (BEHEST_NODE_ID chooses it)."""
+    resource = Resource({"service.version": __version__}).merge(Resource.create())
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "behest"}))
+    if instance:
+        resource = resource.merge(Resource({"service.instance.id": instance}))
     return resource
 
 

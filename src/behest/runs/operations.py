@@ -146,11 +146,9 @@ class Operations(ToolOperations, SessionOperations):
         self._remember(created.run)
         return created
 
-    async def create_and_follow(
-        self, caller: Caller, request: RunRequest, *, traceparent: str = ""
-    ) -> AsyncIterator[Event]:
-        created = await self.create(caller, request, traceparent=traceparent)
-        async for event in follow(self._store, self._log, created.run.id, after=0, known=True):
+    async def follow_created(self, run_id: str) -> AsyncIterator[Event]:
+        """The events of a run `create` just gave, from its first."""
+        async for event in follow(self._store, self._log, run_id, after=0, known=True):
             yield event
 
     async def watch(self, caller: Caller, run_id: str, *, after: int) -> AsyncIterator[Event]:

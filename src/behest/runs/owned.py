@@ -106,7 +106,8 @@ class Held:
         """ResourceExhausted if one more run would pass the server's or the tenant's limit."""
         if len(self._runs) >= max_runs:
             raise ResourceExhausted(
-                f"too many active runs ({max_runs}); retry when some have finished"
+                f"max_concurrent_runs: this server has {len(self._runs)} active runs, its "
+                f"limit ({max_runs}); retry when some have finished"
             )
         mine = self.of_tenant(tenant)
         if mine >= tenant_max:

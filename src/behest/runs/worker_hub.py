@@ -129,7 +129,8 @@ class WorkerHub:
         live = await self.workers(tenant, fresh=True)
         if len(live) >= self.settings.max_workers_per_tenant:
             raise ResourceExhausted(
-                f"tenant {tenant!r} has {len(live)} workers connected, the most it may have"
+                f"max_workers_per_tenant: tenant {tenant!r} has {len(live)} workers "
+                "connected, the most it may have"
             )
         worker = WorkerRecord(
             id=str(uuid.uuid4()),
@@ -238,7 +239,10 @@ class WorkerHub:
         limit = self.settings.max_queued_tasks_per_tenant
         if queued < limit:
             return ""
-        return f"tenant {tenant!r} has {queued} calls waiting for workers, the most it may have"
+        return (
+            f"max_queued_tasks_per_tenant: tenant {tenant!r} has {queued} calls waiting for "
+            "workers, the most it may have"
+        )
 
     def signalled(self, kind: str, name: str) -> None:
         """Another replica queued a task of tenant `name` ("task"), took the result of

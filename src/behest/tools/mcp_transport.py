@@ -3,8 +3,10 @@
 Over stdio behest reads the server's output itself (the SDK spawns and stops the process):
 each message is bounded while it is read (`mcp_framing`), and output that breaks the protocol
 (bytes that are not UTF-8, a line that is not JSON-RPC) ends the connection at once, so the
-calls waiting on it fail instead of waiting out their timeout. Over streamable HTTP the SDK's
-transport is used, with JSON bodies bounded like stdio messages (the SDK bounds SSE events).
+calls waiting on it fail instead of waiting out their timeout. Its stderr is read too, each
+line logged as an entry naming the server: behest's log stays JSON, line for line. Over
+streamable HTTP the SDK's transport is used, with JSON bodies bounded like stdio messages (the
+SDK bounds SSE events).
 
 A `Connection` is how the rest knows that a connection has ended, and why: the SDK reports a
 closed connection as an MCPError whose code a server may also send, so the code alone says
@@ -15,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO, cast
 
 import anyio
 import httpx2
@@ -55,6 +57,10 @@ log = logging.getLogger("behest.tools.mcp")
 CLOSED = "the server closed the connection (did it exit? see its stderr)"
 # Streamable HTTP holds a response stream open while a tool runs; reads wait this long.
 _HTTP_READ_TIMEOUT_S = 300.0
+# A stdio server's stderr, piped to behest (the SDK's type says a file; anyio takes PIPE), and
+# the most of one of its lines that is logged.
+_PIPE = cast(TextIO, subprocess.PIPE)
+_STDERR_LINE_BYTES = 8192
 
 
 class Connection:
@@ -99,7 +105,7 @@ async def _stdio(
         command=await _get_executable_command(config.command),
         args=list(config.args),
         env=get_default_environment() | (config.env or {}),
-        errlog=sys.stderr,
+        errlog=_PIPE,
         cwd=config.cwd or None,
     )
     # No await until the task group is entered: a cancel in between would leak the process.
@@ -108,6 +114,7 @@ async def _stdio(
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_read, config.name, process, to_session, connection)
         tasks.start_soon(_write, process, from_session, connection)
+        tasks.start_soon(_log_stderr, config.name, process)
         try:
             yield incoming, outgoing
         finally:
@@ -150,6 +157,28 @@ async def _read(
             pass
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         pass  # behest's own shutdown closed the pipe under the drain
+
+
+async def _log_stderr(name: str, process: Any) -> None:
+    """Each line the server writes on its stderr, as an entry of behest's log naming it."""
+    lines = Lines(_STDERR_LINE_BYTES)
+    try:
+        async for chunk in process.stderr:
+            for line in lines.feed(chunk):
+                _log_line(name, line)
+        for line in lines.feed(b"\n"):  # a last line without its newline
+            _log_line(name, line)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        pass  # behest's own shutdown closed the pipe
+
+
+def _log_line(name: str, line: bytes | LongLine) -> None:
+    if isinstance(line, LongLine):
+        text = f"{line.head.decode(errors='replace')}… (a line of {line.size:,} bytes, cut)"
+    else:
+        text = line.decode(errors="replace").rstrip()
+    if text.strip():
+        log.info(f"MCP server {name!r} stderr: {text}", extra={"mcp_server": name})
 
 
 def _message(name: str, line: bytes | LongLine, spoke: bool) -> SessionMessage | None:

@@ -44,6 +44,7 @@ from behest.web.pages import Pages
 from behest.web.rendering import Renderer
 from behest.web.session_live import SessionTails
 from behest.web.session_page import SessionPage
+from behest.web.wrong_port import http1_or_grpc
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +197,11 @@ class WebServer:
         tls: TlsSettings,
         open_streams: Callable[[str], int] = lambda tenant: 0,
         front: Callable[[ASGIApp], ASGIApp] = lambda inspector: inspector,
+        grpc_port: Callable[[], int] = lambda: 0,
     ) -> None:
         """`open_streams`: a tenant's gRPC streams open now (the API's admission counts);
-        `front`: what answers before the inspector (the HTTP doors, doors/front.py)."""
+        `front`: what answers before the inspector (the HTTP doors, doors/front.py);
+        `grpc_port`: the port a gRPC client that calls this one is told of (wrong_port.py)."""
         self.gate = Gate(Authenticator(auth, tls))
         self.live = LiveTails(runs, self.gate)
         host, _, port = listen.rpartition(":")
@@ -206,6 +209,7 @@ class WebServer:
             front(build_app(runs, self.gate, self.live, open_streams)),
             host=host.strip("[]"),
             port=int(port),
+            http=http1_or_grpc(grpc_port),
             lifespan="off",
             log_config=None,
             access_log=False,
