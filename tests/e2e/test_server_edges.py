@@ -44,6 +44,28 @@ async def test_concurrent_run_limit_is_resource_exhausted(tmp_path: Path) -> Non
         await stop_server(server)
 
 
+async def test_at_the_run_limit_a_repeat_of_a_creation_gets_its_run(tmp_path: Path) -> None:
+    """A client retrying a CreateRun whose reply it lost is answered with its run, even when
+    that run is what fills max_concurrent_runs; a new run is refused all the same."""
+    server = await start_server(fast_settings(tmp_path, max_concurrent_runs=1))
+    try:
+        request = create_request(SLOW, model="script", client_request_id="lost-reply")
+        first = await server.runs.CreateRun(request)
+        for _ in range(2):
+            again = await server.runs.CreateRun(request)
+            assert (again.run_id, again.session_id) == (first.run_id, first.session_id)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await server.runs.CreateRun(create_request("new", client_request_id="another"))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (err.value.details() or "").startswith("max_concurrent_runs: ")
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # the key of another request
+            await server.runs.CreateRun(create_request("other", client_request_id="lost-reply"))
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        await server.runs.CancelRun(pb.CancelRunRequest(run_id=first.run_id))
+    finally:
+        await stop_server(server)
+
+
 async def test_creates_per_minute_counts_the_runs_created_not_the_requests(
     tmp_path: Path,
 ) -> None:

@@ -71,6 +71,7 @@ def new_run(
     owner: str = "",
     lease_until: datetime | None = None,
     first_step: Callable[[Run, int], list[Write]] = no_first_step,
+    refused_if_new: str = "",
 ) -> NewRun:
     """A creation as the executor hands it to the event log (`EventLog.create`)."""
     return NewRun(
@@ -82,6 +83,7 @@ def new_run(
         owner=owner,
         lease_until=lease_until,
         first_step=first_step,
+        refused_if_new=refused_if_new,
     )
 
 

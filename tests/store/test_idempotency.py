@@ -15,7 +15,7 @@ import pytest
 from behest.domain.events import RunStarted
 from behest.domain.messages import Role
 from behest.domain.runs import CreatedRun, Run, RunFilter, RunRequest, RunStatus
-from behest.errors import AlreadyExists
+from behest.errors import AlreadyExists, ResourceExhausted
 from behest.events.log import EventLog
 from behest.store.sql.store import SqlStore
 from behest.store.writes import Write
@@ -56,9 +56,10 @@ async def two_logs(store: SqlStore, open_store: OpenStore, open_log: OpenLog) ->
 
 
 async def _create(
-    log: EventLog, req: RunRequest, *, tenant: str = TENANT
+    log: EventLog, req: RunRequest, *, tenant: str = TENANT, refused_if_new: str = ""
 ) -> tuple[CreatedRun, list[Write]]:
-    return await log.create(new_run(req, tenant=tenant, first_step=real_first_step))
+    new = new_run(req, tenant=tenant, first_step=real_first_step, refused_if_new=refused_if_new)
+    return await log.create(new)
 
 
 def _keyed(key: str, **fields: str | None) -> RunRequest:
@@ -131,6 +132,26 @@ async def test_same_key_with_a_different_request_is_already_exists_naming_the_ru
         tenant=TENANT, wanted=RunFilter(session_id=first.run.session_id, limit=10)
     )
     assert [r.id for r in runs] == [first.run.id]
+
+
+async def test_without_room_a_key_finds_its_run_and_nothing_new_is_created(
+    store: SqlStore, log: EventLog
+) -> None:
+    """The executor's creation when max_concurrent_runs is reached: a repeat (a retry after a
+    lost reply) is answered with its run; anything else is refused as without room."""
+    full = "max_concurrent_runs: no room"
+    key, other = new_id(), new_id()
+    first, _ = await _create(log, _keyed(key))
+
+    again, again_step = await _create(log, _keyed(key), refused_if_new=full)
+    with pytest.raises(AlreadyExists, match=first.run.id):
+        await _create(log, _keyed(key, input="something else"), refused_if_new=full)
+    with pytest.raises(ResourceExhausted, match=f"^{full}$"):
+        await _create(log, _keyed(other), refused_if_new=full)
+
+    assert (again.created, again_step, again.run) == (False, [], first.run)
+    assert await store.run_of_key(TENANT, other) is None
+    await _assert_one_run_with_one_first_step(store, first.run)
 
 
 async def test_same_key_under_another_tenant_is_independent(log: EventLog) -> None:

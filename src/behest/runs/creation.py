@@ -33,8 +33,10 @@ def new_run(
     tenant: str,
     owner: str,
     lease_until: datetime,
+    refused_if_new: str = "",
 ) -> NewRun:
-    """The creation of run `run_id` of `tenant`, traced by `span` and claimed by `owner`."""
+    """The creation of run `run_id` of `tenant`, traced by `span` and claimed by `owner`;
+    with `refused_if_new`, only the run its client_request_id names (there is no room)."""
     ids = span.get_span_context()
     return NewRun(
         request=request,
@@ -44,6 +46,7 @@ def new_run(
         traceparent=traceparent_of(span),
         owner=owner,
         lease_until=lease_until,
+        refused_if_new=refused_if_new,
         first_step=functools.partial(
             first_step,
             trace_id=format(ids.trace_id, "032x"),

@@ -23,6 +23,7 @@ from behest.domain.runs import Cancel, CreatedRun, Run, RunRequest, RunStatus
 from behest.domain.snapshots import Snapshot
 from behest.errors import (
     Fenced,
+    ResourceExhausted,
     Unavailable,
 )
 from behest.events.log import EventLog
@@ -142,12 +143,19 @@ class Executor:
         """
         if not self._accepting:
             raise Unavailable("the server is shutting down and takes no new runs")
-        self._runs.admit(tenant, self._max_runs, self._max_runs_of(tenant))
+        no_room = self._runs.no_room(tenant, self._max_runs, self._max_runs_of(tenant))
+        if no_room and not request.client_request_id:
+            raise ResourceExhausted(no_room)
         run_id = str(uuid.uuid4())
         span = run_span(self._telemetry.tracer, run_id, request, tenant, traceparent)
         # Reserved before the creation commits: a CancelRun that reads the new run before its
-        # task starts finds it here, and the task starts by cancelling.
-        handle = self._runs.hold(run_id, OwnedRun(tenant=tenant))
+        # task starts finds it here, and the task starts by cancelling. Without room, a
+        # request with a key is let through only to find the run it named (a client retrying
+        # after a lost reply, whose run may be what fills the limit): the creation answers
+        # with that run or refuses, and creates nothing, so there is nothing to reserve.
+        handle = OwnedRun(tenant=tenant)
+        if not no_room:
+            self._runs.hold(run_id, handle)
         creation = new_run(
             request,
             run_id,
@@ -155,6 +163,7 @@ class Executor:
             tenant=tenant,
             owner=self.leases.node,
             lease_until=self.leases.until(),
+            refused_if_new=no_room,
         )
         try:
             return await self._commit_and_start(creation, handle, span)

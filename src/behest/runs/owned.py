@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from behest.domain.runs import Cancel, RunStatus
-from behest.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+from behest.errors import DeadlineExceeded, Unavailable
 
 
 @dataclass(slots=True, eq=False)
@@ -102,19 +102,21 @@ class Held:
     def of_tenant(self, tenant: str) -> int:
         return self._per_tenant.get(tenant, 0)
 
-    def admit(self, tenant: str, max_runs: int, tenant_max: int) -> None:
-        """ResourceExhausted if one more run would pass the server's or the tenant's limit."""
+    def no_room(self, tenant: str, max_runs: int, tenant_max: int) -> str:
+        """Why one more run would pass the server's or the tenant's limit ("": it fits), the
+        text of the ResourceExhausted that refuses it."""
         if len(self._runs) >= max_runs:
-            raise ResourceExhausted(
+            return (
                 f"max_concurrent_runs: this server has {len(self._runs)} active runs, its "
                 f"limit ({max_runs}); retry when some have finished"
             )
         mine = self.of_tenant(tenant)
         if mine >= tenant_max:
-            raise ResourceExhausted(
+            return (
                 f"max_concurrent_runs: this tenant has {mine} active runs, its limit "
                 f"({tenant_max}); retry when some have finished"
             )
+        return ""
 
     def hold(self, run_id: str, handle: OwnedRun) -> OwnedRun:
         self._runs[run_id] = handle

@@ -147,7 +147,8 @@ class NewRun:
     session's next free message position; its writes commit with the creation. A
     `request.client_request_id` already used in `tenant` creates nothing: the outcome is the
     run it named (or AlreadyExists if that run's request differs), and `first_step` is not
-    called.
+    called. `refused_if_new`, when set, says there is no room for a new run (its text is the
+    ResourceExhausted the creation is refused with, unless the key names a run already).
     """
 
     request: RunRequest
@@ -158,6 +159,7 @@ class NewRun:
     owner: str
     lease_until: datetime | None
     first_step: Callable[[Run, int], list[Write]]
+    refused_if_new: str = ""
 
 
 Write = (

@@ -1,4 +1,4 @@
-"""Creating runs: the checks of CreateRun (session, busy, idempotency key) and the rows.
+"""Creating runs: the checks of CreateRun (idempotency key, room, session, busy) and the rows.
 
 There is one way to create a run: a NewRun in `SqlStore.apply_batch`, committed with its
 first step. A creation that cannot be refused (a new session, no key) is only rows, which the
@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from behest.domain.runs import BusyPolicy, CreatedRun, FinishReason, Run, RunStatus
 from behest.domain.spend import FailureCode
-from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, quote
+from behest.errors import Aborted, AlreadyExists, BehestError, NotFound, ResourceExhausted, quote
 from behest.store.sql import rows, run_rows
 from behest.store.sql import tables as t
 from behest.store.sql.single_statement import OneStatement, one_statement
@@ -52,7 +52,8 @@ KEY_RACE_RETRIES = 1
 
 def create_checked(conn: Connection, new: NewRun) -> BatchResult:
     """A creation that names a session or a key, with its first step, in a savepoint: a
-    refusal (NotFound, Aborted, AlreadyExists) is returned and fails it alone."""
+    refusal (NotFound, Aborted, AlreadyExists, ResourceExhausted) is returned and fails it
+    alone."""
     attempt = 0
     while True:
         try:
@@ -148,6 +149,8 @@ def _create(conn: Connection, new: NewRun) -> CreatedRun:
                     "retention; send the request again"
                 )
             return CreatedRun(existing, created=False)
+        if new.refused_if_new:  # no room for a run that is not a repeat's
+            raise ResourceExhausted(new.refused_if_new)
         # Inserted first so that a racing twin blocks here and then finds this run.
         conn.execute(
             sa.insert(keys).values(
