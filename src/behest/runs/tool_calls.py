@@ -289,10 +289,11 @@ def offered(
 ) -> frozenset[str]:
     """Tools offered to the run's model: tool_choice "none" offers none, a tool's name all
     the run may use (spawn_agent too when it may start sub-agent runs; `more`: its agent's
-    sub-agents and handoffs, runs/agent_tools.py)."""
+    sub-agents and handoffs, runs/agent_tools.py), never a tool behest does not support."""
     if run.tool_choice == ToolChoice.NONE:
         return frozenset()
-    allowed = [*(run.tools or tools.names()), *more]
+    named = run.tools or tools.names()
+    allowed = [*(name for name in named if not tools.unsupported(name)), *more]
     if sub_agents:
         allowed.append(SPAWN_TOOL)
     return frozenset(allowed)
