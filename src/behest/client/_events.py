@@ -31,6 +31,7 @@ from behest.client._tool_events import (
     Handoff,
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
+    ToolProgress,
     ToolRetryScheduled,
     UserMessageAdded,
 )
@@ -322,6 +323,7 @@ EventData = (
     | UserMessageAdded
     | ElicitationRequested
     | ElicitationAnswered
+    | ToolProgress
 )
 
 
