@@ -23,7 +23,7 @@ from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
 from behest.runs import compaction, structured
 from behest.runs.agent_tools import AgentTools, HandedOff
-from behest.runs.asking import Asking, AskPolicy
+from behest.runs.asking import AskPolicy
 from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
@@ -35,6 +35,7 @@ from behest.runs.start import run_started, user_message
 from behest.runs.steering import Steering
 from behest.runs.sub_runs import SubRuns
 from behest.runs.tool_calls import ToolRunner, offered
+from behest.runs.tool_side import ToolSide
 from behest.runs.turn import Turn
 from behest.runs.turn_calls import TurnCalls
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
@@ -108,20 +109,22 @@ class AgentLoop:
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
-        self._asking = Asking(
+        self._budget = Budget.of_run(
+            run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
+        )
+        self._side = ToolSide.of_run(
             run=run,
             log=log,
             store=store,
             progress=self.progress,
-            notifier=log.notifier,
-            policy=limits.asks,
+            provider=provider,
+            provider_config=provider_config,
+            budget=self._budget,
+            asks=limits.asks,
         )
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
         self._steering = Steering(run=run, log=log, store=store, progress=self.progress)
-        self._budget = Budget.of_run(
-            run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
-        )
         attempts = ModelAttempts(
             run=run,
             log=log,
@@ -162,7 +165,7 @@ class AgentLoop:
             concurrency=limits.tool_concurrency,
             spawn=self._spawn if self._sub_runs is not None else None,
             workers=WorkerCalls(run=run, hub=workers) if workers is not None else None,
-            asker=self._asking.ask,
+            side=self._side,
         )
         waits = self._waits
         return TurnCalls(
