@@ -46,6 +46,7 @@ from behest.tools.context import ToolContext
 from behest.tools.mcp_config import McpServerConfig
 from behest.tools.mcp_elicit import InFlight, elicitation_callback
 from behest.tools.mcp_framing import sendable
+from behest.tools.mcp_logs import logging_callback
 from behest.tools.mcp_progress import progress_callback
 from behest.tools.mcp_sampling import sampling_callback
 from behest.tools.mcp_tools import listed_tools, make_tools, request_meta, result_text
@@ -221,7 +222,7 @@ class _Server:
             self._settled.clear()
 
     def _client_for(self, connection: Connection, stack: AsyncExitStack) -> Client:
-        """The SDK's client, answering questions and sampling (if allowed)."""
+        """The SDK's client, answering questions, sampling (if allowed) and log messages."""
         config = self.config
         return Client(
             transport(config, connection, stack),
@@ -230,6 +231,8 @@ class _Server:
             cache=None,
             elicitation_callback=elicitation_callback(self._in_flight),
             sampling_callback=sampling_callback(self._in_flight) if config.sampling else None,
+            logging_callback=logging_callback(config),
+            log_level=config.log_level,
         )
 
     def _connected(self, client: Client, listed: list[McpTool] | None) -> None:

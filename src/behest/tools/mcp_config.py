@@ -8,6 +8,7 @@ import: no SDK here).
     timeout_s = 30                       # per tool call
     requires_approval = false            # every call waits for an approval
     sampling = true                      # answer its sampling requests with the run's model
+    log_level = "info"                   # its log messages from this level on go to the log
     [mcp.servers.search]                 # or a streamable HTTP url
     url = "http://127.0.0.1:8931/mcp"
     headers = { Authorization = "Bearer ..." }
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -36,6 +37,8 @@ from pydantic import (
 from behest.tools.base import DEFAULT_TIMEOUT_S
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+# MCP's log levels (RFC 5424's severities), the least severe first.
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class McpServerConfig:
     # Whether behest advertises sampling to it and answers its requests with the calling
     # run's model (tools/mcp_sampling.py).
     sampling: bool = True
+    # The least severe of its log messages behest asks for and logs (tools/mcp_logs.py).
+    log_level: LogLevel = "info"
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -100,6 +105,7 @@ class McpServerTable(BaseModel):
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, strict=True)
     requires_approval: StrictBool = False
     sampling: StrictBool = True
+    log_level: LogLevel = "info"
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerTable:
@@ -128,6 +134,7 @@ class McpServerTable(BaseModel):
             timeout_s=self.timeout_s,
             requires_approval=self.requires_approval,
             sampling=self.sampling,
+            log_level=self.log_level,
         )
 
 
