@@ -23,7 +23,7 @@ from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
 from behest.runs import compaction, structured
 from behest.runs.agent_tools import AgentTools, HandedOff
-from behest.runs.asking import AskPolicy
+from behest.runs.asking import Asking, AskPolicy
 from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
@@ -112,15 +112,22 @@ class AgentLoop:
         self._budget = Budget.of_run(
             run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
         )
-        self._side = ToolSide.of_run(
+        self._asking = Asking(
             run=run,
             log=log,
             store=store,
             progress=self.progress,
+            notifier=log.notifier,
+            policy=limits.asks,
+        )
+        self._side = ToolSide.of_run(
+            self._asking,
+            run=run,
+            log=log,
+            progress=self.progress,
             provider=provider,
             provider_config=provider_config,
             budget=self._budget,
-            asks=limits.asks,
         )
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()

@@ -19,12 +19,11 @@ from behest.domain.waits import Reply
 from behest.events.run_log import RunLog
 from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
-from behest.runs.asking import Asking, AskPolicy
+from behest.runs.asking import Asking
 from behest.runs.budget import Budget
 from behest.runs.progress import RunProgress
 from behest.runs.sampling import RunSampling
 from behest.runs.tool_progress import ProgressLog
-from behest.store.base import Store
 from behest.tools.context import ToolContext
 from behest.tools.sampling import SamplingRefused, SamplingReply, SamplingRequest
 
@@ -35,20 +34,16 @@ class ToolSide:
     @classmethod
     def of_run(
         cls,
+        asking: Asking,
         *,
         run: Run,
         log: RunLog,
-        store: Store,
         progress: RunProgress,
         provider: Provider,
         provider_config: ProviderConfig,
         budget: Budget,
-        asks: AskPolicy,
     ) -> ToolSide:
-        """The side of a run's agent loop (runs/loop.py)."""
-        asking = Asking(
-            run=run, log=log, store=store, progress=progress, notifier=log.notifier, policy=asks
-        )
+        """The side of a run's agent loop (runs/loop.py), its questions put by `asking`."""
         sampling = RunSampling(
             run=run,
             log=log,
