@@ -7,6 +7,9 @@ BUF := .tools/node_modules/.bin/buf
 BASELINE := tests/contract/agent_v1_baseline.binpb
 # The AG-UI door's tests drive the real @ag-ui/client in Node (tests/agui_node, its lock file).
 AGUI_NODE := tests/agui_node/node_modules/.package-lock.json
+# MCP reference servers from npm (tests/mcp_npm, its lock file), run by path with node by the
+# tests of MCP features (tests/e2e/test_mcp_everything.py); never downloaded at run time.
+MCP_NPM := tests/mcp_npm/node_modules/.package-lock.json
 # The run inspector's browser tests drive Debian's chromium through Playwright (never
 # `playwright install`, which downloads browsers).
 CHROMIUM := /usr/bin/chromium
@@ -49,7 +52,11 @@ $(AGUI_NODE): tests/agui_node/package-lock.json
 	npm ci --silent --no-audit --no-fund --prefix tests/agui_node
 	touch $@
 
-test: install $(CHROMIUM) $(TS_DEPS) $(AGUI_NODE)
+$(MCP_NPM): tests/mcp_npm/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix tests/mcp_npm
+	touch $@
+
+test: install $(CHROMIUM) $(TS_DEPS) $(AGUI_NODE) $(MCP_NPM)
 	$(BIN)/pytest
 
 proto: install

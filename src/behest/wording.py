@@ -10,7 +10,7 @@ fields by name and enums by `.name`, and imports neither.
 
 A line starts with a mark: → something starts, ← it ends, ? the run waits for someone,
 ✓ / ✗ how a run or a decision ended, ! something went wrong, ↻ a call runs again,
-· bookkeeping.
+… a running tool's progress, · bookkeeping.
 """
 
 from __future__ import annotations
@@ -211,6 +211,14 @@ def _elicitation_answered(p: Any) -> str:
     return f"{mark} {p.tool_name}'s question {how}{by(p.answered_by)}{again}"
 
 
+def _tool_progress(p: Any) -> str:
+    done = f"{p.progress:g}"
+    if p.total:
+        done += f" of {p.total:g} ({min(100, int(100 * p.progress / p.total))}%)"
+    said = f": {shorten(p.message, 200)}" if p.message else ""
+    return f"… {p.tool_name}: {done}{said}"
+
+
 def _output_rejected(p: Any) -> str:
     then = "; asking the model once more" if p.repairing else ""
     return f"! answer rejected: {p.error}{then}"
@@ -249,6 +257,7 @@ _LINES: dict[str, Callable[[Any], str]] = {
     "user_message_added": _user_message_added,
     "elicitation_requested": _elicitation_requested,
     "elicitation_answered": _elicitation_answered,
+    "tool_progress": _tool_progress,
 }
 # Kinds without a line: their payload is a piece of text that streams (the delta itself).
 DELTA_KINDS = frozenset({"text_delta", "reasoning_delta", "tool_call_delta"})

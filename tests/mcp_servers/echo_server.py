@@ -16,10 +16,16 @@ import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
+    LoggingLevel,
+    SamplingMessage,
+    TextContent,
     ToolAnnotations,
 )
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
@@ -110,6 +116,45 @@ async def book(city: str, ctx: Context) -> str | InputRequiredResult:
 @server.tool(description="Reserve a hotel in a city (not idempotent): asks how many nights.")
 async def reserve(city: str, ctx: Context) -> str | InputRequiredResult:
     return await book(city, ctx)
+
+
+@server.tool(description="Count to `steps`, reporting each step as progress at once.")
+async def count(steps: int, ctx: Context) -> str:
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+    return f"counted to {steps}"
+
+
+@server.tool(description="Log `text` at `level` (an MCP log message), then answer.")
+async def log(level: LoggingLevel, text: str, ctx: Context) -> str:
+    await ctx.log(level, text, logger_name="echo.tests")
+    await ctx.log("info", {"said": text, "at": level}, logger_name="echo.tests")
+    return f"logged at {level}"
+
+
+def _sampling(prompt: str, max_tokens: int) -> CreateMessageRequest:
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=prompt))
+    return CreateMessageRequest(
+        params=CreateMessageRequestParams(
+            messages=[message], system_prompt="Answer briefly.", max_tokens=max_tokens
+        )
+    )
+
+
+@server.tool(description="Ask the client's model `prompt` (MCP sampling); say what it answered.")
+async def ask_model(prompt: str, ctx: Context, max_tokens: int = 64) -> str | InputRequiredResult:
+    request = _sampling(prompt, max_tokens)
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # asked in the result (SEP-2322)
+        reply = (ctx.input_responses or {}).get("answer")
+        if not isinstance(reply, CreateMessageResult):
+            return InputRequiredResult(input_requests={"answer": request})
+    else:  # asked on the back-channel
+        params = request.params
+        reply = await ctx.session.create_message(
+            params.messages, max_tokens=params.max_tokens, system_prompt=params.system_prompt
+        )
+    text = reply.content.text if isinstance(reply.content, TextContent) else "?"
+    return f"the model said {text!r} ({reply.model}, {reply.stop_reason})"
 
 
 @server.tool(description="Kill this server process at once.")

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from behest.tools.base import FunctionTool, RetryableToolError, Tool, ToolResult, Verified
 from behest.tools.context import ToolContext, current_tool_context
+from behest.tools.sampling import SampledTurn, SamplingRefused, SamplingRequest
 
 SECONDS = {
     "type": "object",
@@ -113,6 +114,21 @@ async def _greet(arguments: dict[str, Any], context: ToolContext) -> str:
     return "hello " + " and ".join(names)
 
 
+async def _summarise(arguments: dict[str, Any], context: ToolContext) -> str:
+    """Reports its progress over `parts` parts, then asks the run's model about the text."""
+    parts = arguments["parts"]
+    for part in range(1, parts + 1):
+        await context.progress(part, parts, f"read part {part}")
+    request = SamplingRequest(
+        turns=(SampledTurn("user", arguments["text"]),), max_tokens=arguments.get("max_tokens", 50)
+    )
+    try:
+        reply = await context.sample(request)
+    except SamplingRefused as exc:
+        return f"no summary: {exc}"
+    return f"summary by {reply.model}: {reply.text} ({reply.stop_reason})"
+
+
 def all_tools() -> list[Tool]:
     return [
         Whoami(),
@@ -195,6 +211,20 @@ def all_tools() -> list[Tool]:
             },
             function=_sleep_once,
             verify=_check,
+        ),
+        FunctionTool(
+            name="summarise",
+            description="Reports progress over `parts`, then asks the run's model about `text`.",
+            parameters_schema={
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string"},
+                    "parts": {"type": "integer", "minimum": 0},
+                    "max_tokens": {"type": "integer", "minimum": 1},
+                },
+                "required": ["text", "parts"],
+            },
+            function=_summarise,
         ),
         FunctionTool(
             name="guarded",

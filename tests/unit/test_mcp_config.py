@@ -60,6 +60,19 @@ def test_defaults_apply_to_a_bare_command() -> None:
     assert config.timeout_s == 30.0
 
 
+def test_sampling_and_the_log_level_per_server_and_sampling_off_for_all() -> None:
+    section = {"a": {"command": "a"}, "b": {"command": "b", "sampling": False}}
+    section["c"] = {"command": "c", "log_level": "warning"}
+    assert [(c.name, c.sampling, c.log_level) for c in servers(section)] == [
+        ("a", True, "info"),
+        ("b", False, "info"),
+        ("c", True, "warning"),
+    ]
+    off = Settings().with_values({"mcp": {"servers": section}, "mcp_sampling": False}, source="t")
+    assert [c.sampling for c in off.mcp_servers] == [False, False, False]
+    assert off.mcp_servers is off.mcp_servers
+
+
 def test_an_empty_section_gives_no_servers() -> None:
     assert servers({}) == ()
     assert Settings().mcp_servers == ()
@@ -83,6 +96,8 @@ def test_an_empty_section_gives_no_servers() -> None:
         ({"command": "x", "timeout_s": "10"}, "timeout_s", "Input should be a valid number"),
         ({"command": "x", "timeout_s": True}, "timeout_s", "Input should be a valid number"),
         ({"command": "x", "requires_approval": "yes"}, "requires_approval", "valid boolean"),
+        ({"command": "x", "sampling": "no"}, "sampling", "valid boolean"),
+        ({"command": "x", "log_level": "verbose"}, "log_level", "Input should be 'debug', "),
         ("npx", "", "must be a table"),
     ],
 )

@@ -56,6 +56,7 @@ SAMPLES: list[ev.Payload] = [
     ev.UserMessageAdded("m-1", "and in French, please"),
     ev.ElicitationRequested("call-1~1-ab12", "call-1", "book", "How many nights?", "{}", WHEN),
     ev.ElicitationAnswered("call-1~1-ab12", "call-1", "book", ElicitAction.DECLINE, "alice"),
+    ev.ToolProgress("call-1", "crawl", 3, 8, "fetching page 3"),
 ]
 
 
@@ -115,6 +116,16 @@ def test_how_a_question_was_answered() -> None:
     )
     timed_out = ev.ElicitationAnswered("q", "c", "book", ElicitAction.CANCEL, "", timed_out=True)
     assert both(timed_out)[1] == "✗ book's question timed out: nobody answered"
+
+
+def test_how_far_a_tool_got() -> None:
+    def said(*fields: object) -> tuple[str | None, str | None]:
+        return both(ev.ToolProgress("c", "crawl", *fields))  # type: ignore[arg-type]
+
+    assert said(3, 8, "fetching page 3") == ("… crawl: 3 of 8 (37%): fetching page 3",) * 2
+    assert said(0.25, 1.0) == ("… crawl: 0.25 of 1 (25%)",) * 2
+    assert said(12.0) == ("… crawl: 12",) * 2  # no total: no share
+    assert said(9, 8)[1] == "… crawl: 9 of 8 (100%)"  # a tool that miscounts
 
 
 def test_deltas_and_kinds_newer_than_this_code_have_no_line() -> None:

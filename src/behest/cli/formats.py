@@ -189,7 +189,8 @@ def format_event(event: Event) -> str:
 
 
 def format_tools(tools: Sequence[Tool]) -> str:
-    """A table of tools: source, what the loop may do with each, timeout, description."""
+    """A table of tools: source, what the loop may do with each, timeout, description (or
+    why the server does not offer it)."""
     rows = [("TOOL", "SOURCE", "FLAGS", "TIMEOUT", "DESCRIPTION")]
     rows += [
         (
@@ -197,7 +198,11 @@ def format_tools(tools: Sequence[Tool]) -> str:
             t.source,
             _flags(t),
             f"{t.timeout_s:g} s" if t.timeout_s else "-",
-            shorten(t.description.strip().split("\n", 1)[0]),
+            shorten(
+                f"not offered: {t.unsupported}"
+                if t.unsupported
+                else t.description.strip().split("\n", 1)[0]
+            ),
         )
         for t in tools
     ]

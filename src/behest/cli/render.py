@@ -34,6 +34,7 @@ SHOWN = frozenset(
         "handoff",
         "elicitation_requested",
         "elicitation_answered",
+        "tool_progress",
     }
 )
 # The exit code each terminal event gives.

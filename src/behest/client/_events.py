@@ -31,6 +31,7 @@ from behest.client._tool_events import (
     Handoff,
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
+    ToolProgress,
     ToolRetryScheduled,
     UserMessageAdded,
 )
@@ -324,6 +325,7 @@ EventData = (
     | UserMessageAdded
     | ElicitationRequested
     | ElicitationAnswered
+    | ToolProgress
 )
 
 

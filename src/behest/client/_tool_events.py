@@ -1,6 +1,6 @@
 """The events of tool calls beyond their start and end, as the client reads them: an outcome
-unknown, its reconciliation, a retry, a handoff, a question to the user and its answer (one
-type per AgentEvent kind, like client/_events.py's)."""
+unknown, its reconciliation, a retry, a handoff, a question to the user and its answer, a
+tool's progress (one type per AgentEvent kind, like client/_events.py's)."""
 
 from __future__ import annotations
 
@@ -102,3 +102,16 @@ class ElicitationAnswered:
     answered_by: str = ""
     timed_out: bool = False
     replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """How far a running tool got: `progress` of `total` (0: the tool did not say), in the
+    tool's own units, with its message. At most one every half second per call, and the last
+    one before the call's result always."""
+
+    call_id: str = ""
+    tool_name: str = ""
+    progress: float = 0.0
+    total: float = 0.0
+    message: str = ""

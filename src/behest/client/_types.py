@@ -278,6 +278,9 @@ class Tool:
     timeout_s: float = 0.0
     # With source "worker": how many live workers serve it.
     workers: int = 0
+    # Why the server does not offer it to models ("" when it does), e.g. an MCP tool that
+    # requires task-augmented execution.
+    unsupported: str = ""
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

@@ -189,6 +189,9 @@ class Settings(BaseSettings):
     # reported failed.
     mcp: McpSettings = Field(default_factory=McpSettings)
     mcp_start_timeout_s: float = Field(default=30.0, gt=0)
+    # Whether MCP servers' sampling requests are answered with the calling run's model; a
+    # server's own `sampling = false` turns it off for that server alone.
+    mcp_sampling: bool = True
     # Agents created or updated at every start ([agents.NAME] tables: an AgentDefinition's
     # fields by their proto names, and an optional `tenant`, default the default tenant);
     # a new version only when one changed. Checked at start like AgentService's requests.
@@ -309,8 +312,8 @@ class Settings(BaseSettings):
 
     @property
     def mcp_servers(self) -> tuple[McpServerConfig, ...]:
-        """The [mcp.servers.NAME] tables as the servers are run."""
-        return self.mcp.configs
+        """The [mcp.servers.NAME] tables as the servers are run (mcp_sampling applied)."""
+        return self.mcp.configs if self.mcp_sampling else self.mcp.unsampled
 
     @property
     def retry_policy(self) -> RetryPolicy:

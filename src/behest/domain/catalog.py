@@ -25,6 +25,9 @@ class ToolInfo:
     timeout_s: float
     # A worker tool: how many live workers serve it.
     workers: int = 0
+    # Why behest does not offer it to models ("" when it does): an MCP tool that requires
+    # task-augmented execution, say.
+    unsupported: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

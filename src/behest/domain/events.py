@@ -11,6 +11,7 @@ from behest.domain.execution_events import (
     ElicitationRequested,
     ToolExecutionReconciled,
     ToolOutcomeUnknown,
+    ToolProgress,
     ToolRetryScheduled,
 )
 from behest.domain.messages import ToolCall
@@ -278,6 +279,7 @@ Payload = (
     | UserMessageAdded
     | ElicitationRequested
     | ElicitationAnswered
+    | ToolProgress
 )
 
 # The stable name of each kind of event: how it is stored (events.kind) and the field of
@@ -318,6 +320,7 @@ KINDS: dict[type[Payload], str] = {
     UserMessageAdded: "user_message_added",
     ElicitationRequested: "elicitation_requested",
     ElicitationAnswered: "elicitation_answered",
+    ToolProgress: "tool_progress",
 }
 PAYLOADS: dict[str, type[Payload]] = {name: cls for cls, name in KINDS.items()}
 

@@ -1,6 +1,6 @@
 """The event payloads of tool executions whose outcome was unknown, that run again
-(domain/executions.py) or that ask the user a question (runs/asking.py); part of
-domain/events.py's Payload, named there too."""
+(domain/executions.py), that ask the user a question (runs/asking.py) or tell how far they
+got (runs/tool_progress.py); part of domain/events.py's Payload, named there too."""
 
 from __future__ import annotations
 
@@ -73,3 +73,17 @@ class ElicitationAnswered:
     answered_by: str
     timed_out: bool = False
     replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """How far a running tool got: `progress` of `total` (0: the tool did not say), in the
+    tool's own units, with its message; an MCP server's progress notification or a plugin
+    tool's ToolContext.progress. At most one every half second per call, and the last one
+    before the call's result always."""
+
+    call_id: str
+    tool_name: str
+    progress: float
+    total: float = 0.0
+    message: str = ""

@@ -23,7 +23,9 @@ class ModelRequest:
     instructions: str = ""
     max_output_tokens: int | None = None
     call_number: int = 1
-    # "answer" for the agent loop's calls, "summary" for a compaction's summary call.
+    # "answer" for the agent loop's calls, "summary" for a compaction's summary call,
+    # "sampling" for a running tool's request (runs/sampling.py: no tools, not the run's
+    # transcript).
     purpose: str = "answer"
     # Structured output: the final answer must be JSON that fits this (runs/structured.py
     # checks it); each provider asks for it its own way.

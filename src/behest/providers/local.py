@@ -4,6 +4,9 @@
 chunk. Its summary calls (compaction) answer `summarise(text)`: the count of lines and each
 line's first six words; `script` refuses to summarise, which makes a compaction fail on purpose.
 
+A running tool's sampling request (purpose "sampling") gets, from either model, the text of
+its last message.
+
 `script` reads the run's input as `{"steps": [...]}` and plays `steps[N-1]` on the run's N-th
 model call (retries count, so an error step followed by a text step exercises a retry; so does
 the repair of a structured answer, so a step of invalid JSON text followed by one of valid JSON
@@ -81,7 +84,9 @@ class LocalProvider:
         if request.purpose == "summary" and request.model == "script":
             # A deterministic way to make compaction fail (tests of the circuit breaker).
             raise PermanentProviderError(self.name, "model 'script' does not summarise")
-        if request.purpose == "summary":
+        if request.purpose == "sampling":
+            step = ScriptStep(text=request.messages[-1].text if request.messages else "")
+        elif request.purpose == "summary":
             step = ScriptStep(text=summarise(last_user))
         elif request.model == "echo":
             step = ScriptStep(text=last_user)

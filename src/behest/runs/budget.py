@@ -1,6 +1,8 @@
 """A run's budgets: tokens, tool calls, wall-clock time and cost, and its tenant's daily caps.
 
-Checked before every model call (each attempt: retries count) and after every usage report.
+Checked before every model call (each attempt: retries count) and after every usage report;
+a running tool's request for a model call (runs/sampling.py) asks `allowance`, which refuses
+it once a budget is spent without stopping the run (its next model call does).
 Before a call the model's output is clamped to what the token and cost budgets have left, so
 a run overshoots a token or cost budget by at most one model call (its input). Running out
 emits BudgetExceeded (which budget, the limit, what was used) and stops the run: RunFailed
@@ -91,7 +93,21 @@ class Budget:
     async def before_call(self, max_output_tokens: int) -> int:
         """Stop the run if a budget is spent; else the output tokens the call may produce."""
         await self._stop_if(self._over(strictly=False) or self._wall_time())
-        await self._check_daily()
+        await self._stop_if(await self._daily_over())
+        return self._clamped(max_output_tokens)
+
+    async def allowance(self, max_output_tokens: int) -> int | str:
+        """For a model call a running tool asks for (runs/sampling.py): the output tokens it
+        may produce, or why it may not be made (a budget is spent), without stopping the
+        run: the run's own next check does that."""
+        over = self._over(strictly=False) or self._wall_time() or await self._daily_over()
+        if over is not None:
+            kind, limit, used = over
+            return f"the run's budget is spent: it used {used} against {_WORDS[kind]} of {limit}"
+        return self._clamped(max_output_tokens)
+
+    def _clamped(self, max_output_tokens: int) -> int:
+        """`max_output_tokens`, within what the token and cost budgets have left."""
         allowed = max_output_tokens
         budget = self._budget
         if budget.max_tokens:
@@ -144,17 +160,19 @@ class Budget:
             return None
         return BudgetKind.WALL_TIME, str(limit), str(int(elapsed))
 
-    async def _check_daily(self) -> None:
+    async def _daily_over(self) -> tuple[BudgetKind, str, str] | None:
+        """A daily cap of the run's tenant that is spent."""
         daily = self._daily
         if not daily.max_tokens and daily.max_cost is None:
-            return
+            return None
         midnight = datetime.combine(self._clock().date(), time(), tzinfo=UTC)
         tokens, cost = await self._store.spent_since(tenant=self._run.tenant, since=midnight)
         if daily.max_tokens and tokens >= daily.max_tokens:
-            await self._stop(BudgetKind.DAILY_TOKENS, str(daily.max_tokens), str(tokens))
+            return BudgetKind.DAILY_TOKENS, str(daily.max_tokens), str(tokens)
         spent = Decimal(0) if cost is None else cost.amount
         if daily.max_cost is not None and spent >= daily.max_cost:
-            await self._stop(BudgetKind.DAILY_COST, str(daily.max_cost), str(spent))
+            return BudgetKind.DAILY_COST, str(daily.max_cost), str(spent)
+        return None
 
     def _tokens(self) -> int:
         """Tokens the run spent, its sub-agent runs' included."""

@@ -37,6 +37,7 @@ def tools(registry: ToolRegistry) -> list[ToolInfo]:
                 requires_approval=registry.requires_approval(name),
                 timeout_s=tool.timeout_s,
                 workers=getattr(tool, "workers", 0) if registry.source(name) == WORKER else 0,
+                unsupported=registry.unsupported(name),
             )
         )
     if registry.get(sub_runs.SPAWN_TOOL) is None:

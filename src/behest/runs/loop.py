@@ -35,6 +35,7 @@ from behest.runs.start import run_started, user_message
 from behest.runs.steering import Steering
 from behest.runs.sub_runs import SubRuns
 from behest.runs.tool_calls import ToolRunner, offered
+from behest.runs.tool_side import ToolSide
 from behest.runs.turn import Turn
 from behest.runs.turn_calls import TurnCalls
 from behest.runs.waiting import Waiting, WaitPolicy, Waits
@@ -108,6 +109,9 @@ class AgentLoop:
             run=run, log=log, store=store, tools=tools, policy=limits.waits, progress=self.progress
         )
         self._executions = RunExecutions(run=run, store=store, tools=tools, node=limits.node)
+        self._budget = Budget.of_run(
+            run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
+        )
         self._asking = Asking(
             run=run,
             log=log,
@@ -116,12 +120,18 @@ class AgentLoop:
             notifier=log.notifier,
             policy=limits.asks,
         )
+        self._side = ToolSide.of_run(
+            self._asking,
+            run=run,
+            log=log,
+            progress=self.progress,
+            provider=provider,
+            provider_config=provider_config,
+            budget=self._budget,
+        )
         self._calls = self._turn_calls(limits, workers)
         self._doom_loop = DoomLoopDetector()
         self._steering = Steering(run=run, log=log, store=store, progress=self.progress)
-        self._budget = Budget.of_run(
-            run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
-        )
         attempts = ModelAttempts(
             run=run,
             log=log,
@@ -165,7 +175,7 @@ class AgentLoop:
             concurrency=limits.tool_concurrency,
             spawn=self._spawn if self._sub_runs is not None else None,
             workers=worker_calls,
-            asker=self._asking.ask,
+            side=self._side,
         )
         waits = self._waits
         return TurnCalls(

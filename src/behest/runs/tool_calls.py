@@ -6,7 +6,8 @@ denied approval: runs/waiting.py) does not run; its result is recorded in its tu
 take the session's positions in the order of the calls, however they finish. A call's
 ToolExecutionStarted is durable before the tool runs, with the execution's record (a tool may
 have side effects: after a crash, the log says it may have run). Its result becomes a tool
-message, committed with ToolExecutionFinished, ToolMessageCommitted and the record's end.
+message, committed with ToolExecutionFinished, ToolMessageCommitted and the record's end (and
+the call's last progress report not yet told: runs/tool_progress.py).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from behest.observability.telemetry import current, mark_error, span
 from behest.runs.executions import RunExecutions
 from behest.runs.progress import Cut, RunProgress
 from behest.runs.sub_runs import SPAWN_TOOL
+from behest.runs.tool_side import ToolSide
 from behest.runs.worker_calls import CallOutcome, Next, Queued, WorkerCalls
 from behest.runs.worker_tools import WorkerTool
 from behest.store.writes import AppendMessage, EnqueueTask, RecordExecution
 from behest.tools.base import ToolResult
-from behest.tools.context import Asker, ToolContext, asking
+from behest.tools.context import ToolContext, run_side
 from behest.tools.registry import WORKER, ToolRegistry
 from behest.wording import shorten
 
@@ -52,12 +54,15 @@ class ToolRunner:
         executions: RunExecutions,
         spawn: Callable[[ToolCall], Awaitable[ToolResult]] | None = None,
         workers: WorkerCalls | None = None,
-        asker: Asker | None = None,
+        side: ToolSide | None = None,
     ) -> None:
         """`spawn`: runs a `spawn_agent` call (runs/sub_runs.py), when the run may;
         `workers`: worker tools' calls (runs/worker_calls.py), when workers may serve;
-        `asker`: puts a tool's questions to the run's user (runs/asking.py)."""
-        self._asker = asker
+        `side`: what the run does for its running tools (runs/tool_side.py: their questions,
+        progress and sampling requests)."""
+        self._side = side
+        # Each call's last progress report, told with its result (runs/tool_progress.py).
+        self._last_progress: dict[str, ev.ToolProgress] = {}
         self._workers = workers
         # Calls whose outcome is unknown (why), and executions a run taken up again rejoins.
         self.unknown: dict[str, str] = {}
@@ -147,6 +152,7 @@ class ToolRunner:
                     record = self._executions.cancelled(call.id)
                     progress.cut[call.id] = Cut(call.name, time.monotonic() - began, record)
                     raise
+                told = self._last_progress.pop(call.id, None)
                 if outcome.next == Next.RETRY:
                     await self._retry(call, execution, outcome)
                     execution, rejoined = None, False
@@ -163,7 +169,8 @@ class ToolRunner:
                     call.id, call.name, int(seconds * 1000), result.is_error
                 )
                 ended = self._executions.end(call.id, result, executor=outcome.executor)
-                await self._record(call, result, finished, ended=ended)
+                told_first = (told,) if told is not None else ()
+                await self._record(call, result, *told_first, finished, ended=ended)
                 return
 
     async def _retry(self, call: ToolCall, execution: ToolExecution, outcome: CallOutcome) -> None:
@@ -206,7 +213,6 @@ class ToolRunner:
         self, call: ToolCall, execution: ToolExecution, queued: Queued | None, rejoined: bool
     ) -> CallOutcome:
         """What the call's execution came to (`queued`: its task, for a worker tool)."""
-        progress = self._progress
         tool = self._worker_tool(call)
         if self._workers is not None and (tool is not None or execution.source == WORKER):
             if queued is not None and queued.task is None:  # bad arguments, a full queue
@@ -216,9 +222,7 @@ class ToolRunner:
         if call.name == SPAWN_TOOL and self._spawn is not None:
             result = await self._spawn(call)
         elif call.name in self._offered or self._tools.get(call.name) is None:
-            context = tool_context(progress.run, execution)
-            with asking(context, self._asker):
-                result = await self._tools.execute(call, context)
+            result = await self._run_tool(call, execution)
             policy = self._tools.policy(call.name)
             if result.retryable and execution.attempt < policy.max_attempts:
                 why = f"a retryable error: {shorten(result.text, 200)}"
@@ -228,6 +232,22 @@ class ToolRunner:
         else:
             result = ToolResult(f"tool {call.name!r} is not available in this run", True)
         return CallOutcome(Next.RESULT, result)
+
+    async def _run_tool(self, call: ToolCall, execution: ToolExecution) -> ToolResult:
+        """Run the call's tool here, its context reaching the run (`side`) while it runs; the
+        call's last progress report kept for its result."""
+        context, side = tool_context(self._progress.run, execution), self._side
+        try:
+            with run_side(context, side):
+                result = await self._tools.execute(call, context)
+            if side is not None:
+                told = await side.settled(context)
+                if told is not None:
+                    self._last_progress[call.id] = told
+        finally:
+            if side is not None:
+                side.ended(context)
+        return result
 
     def _worker_tool(self, call: ToolCall) -> WorkerTool | None:
         tool = self._tools.get(call.name)
@@ -294,10 +314,11 @@ def offered(
 ) -> frozenset[str]:
     """Tools offered to the run's model: tool_choice "none" offers none, a tool's name all
     the run may use (spawn_agent too when it may start sub-agent runs; `more`: its agent's
-    sub-agents and handoffs, runs/agent_tools.py)."""
+    sub-agents and handoffs, runs/agent_tools.py), never a tool behest does not support."""
     if run.tool_choice == ToolChoice.NONE:
         return frozenset()
-    allowed = [*(run.tools or tools.names()), *more]
+    named = run.tools or tools.names()
+    allowed = [*(name for name in named if not tools.unsupported(name)), *more]
     if sub_agents:
         allowed.append(SPAWN_TOOL)
     return frozenset(allowed)

@@ -107,6 +107,9 @@ class FunctionTool:
     # Asked first when an execution's outcome is unknown (Verified). Not part of the Tool
     # protocol either: a tool without one leaves the question to a person.
     verify: Verify | None = None
+    # Why behest does not offer it to models ("" when it does: tools/registry.py
+    # `unsupported`). Not part of the Tool protocol either.
+    unsupported: str = ""
     # How the function takes the context: looked up once, not at every call.
     _passing: Passing = field(init=False, repr=False, compare=False)
 

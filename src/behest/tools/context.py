@@ -5,6 +5,11 @@ FunctionTool: in its function); the registry looks once, when the tool is added,
 a `ToolContext` (None when the caller gave none). Any tool, and any code it calls, may also
 read it with `current_tool_context()`: the registry sets it around each call.
 
+Through its context a tool reaches its run (the run's side, registered per execution by
+runs/tool_calls.py): it asks the run's user a question, tells how far it got, or asks the
+run's model for an answer. An MCP server's requests and notifications during a call come the
+same way (tools/mcp_elicit.py, mcp_progress.py, mcp_sampling.py).
+
 The idempotency key is the same for every attempt of one tool call — a call run again after a
 crash or a lost claim — and differs for any other call: a tool whose side effect must happen
 once hands it to its own backend (an Idempotency-Key header, a unique column). See
@@ -15,20 +20,49 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from behest.domain.executions import idempotency_key
 from behest.domain.waits import ElicitAction, Reply
+from behest.tools.sampling import SamplingReply, SamplingRequest
 
-__all__ = ["ElicitAction", "Reply", "ToolContext", "current_tool_context", "idempotency_key"]
+__all__ = [
+    "ElicitAction",
+    "Reply",
+    "RunSide",
+    "SamplingReply",
+    "SamplingRequest",
+    "ToolContext",
+    "current_tool_context",
+    "idempotency_key",
+]
 
-# Asks the run's user a question for a call (runs/asking.py Asking.ask).
-Asker = Callable[["ToolContext", str, dict[str, Any]], Awaitable[Reply]]
+# A progress message is cut to this many characters (it goes into the run's log).
+MAX_PROGRESS_MESSAGE_CHARS = 1000
+
+
+class RunSide(Protocol):
+    """What a run does for its running tools (runs/tool_side.py)."""
+
+    async def ask(self, context: ToolContext, message: str, schema: dict[str, Any]) -> Reply:
+        """Put a question to the run's user (runs/asking.py)."""
+        ...
+
+    async def progress(
+        self, context: ToolContext, done: float, total: float | None, message: str
+    ) -> None:
+        """Tell the run's log how far the call got (runs/tool_progress.py)."""
+        ...
+
+    async def sample(self, context: ToolContext, request: SamplingRequest) -> SamplingReply:
+        """Answer with the run's model (runs/sampling.py)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +73,8 @@ class ToolContext:
     counts them from 1; `idempotency_key` is the call's, the same at every attempt.
     `principal` is who created the run ("" when not known). `deadline` (UTC) is when the
     tool's timeout ends; the registry sets it as the call starts. `ask` puts a question to
-    the run's user and waits for the answer (docs/SESSIONS.md, "Questions from tools").
+    the run's user and waits for the answer (docs/SESSIONS.md, "Questions from tools");
+    `progress` tells the run how far the call got; `sample` asks the run's model.
     """
 
     execution_id: str
@@ -59,29 +94,49 @@ class ToolContext:
         action is ACCEPT (with the content), DECLINE, or CANCEL (also: nobody answered in
         time). ValueError: a question behest does not ask, saying why; RuntimeError: this
         call cannot ask (a check before a retry, say)."""
-        asker = _askers.get(self.execution_id)
-        if asker is None:
-            raise RuntimeError(f"tool {self.tool_name!r} cannot ask the user here")
-        return await asker(self, message, schema)
+        return await self._side().ask(self, message, schema)
+
+    async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Tell the run how far the call got: `done` of `total` (None: unknown), in the
+        tool's own units, with an optional message. The run's log shows it as tool_progress
+        events, at most one every half second per call and the last one before the result
+        always. ValueError: a number that is not finite; RuntimeError: this call cannot
+        report (outside a run)."""
+        if not math.isfinite(done) or (total is not None and not math.isfinite(total)):
+            raise ValueError("progress and total must be finite numbers")
+        await self._side().progress(self, done, total, message[:MAX_PROGRESS_MESSAGE_CHARS])
+
+    async def sample(self, request: SamplingRequest) -> SamplingReply:
+        """Ask the run's own model (its provider and model, no tools) to answer `request`;
+        the tokens count in the run's usage and budgets. SamplingRefused
+        (tools/sampling.py): behest did not answer, saying why; RuntimeError: this call
+        cannot sample (outside a run)."""
+        return await self._side().sample(self, request.checked())
+
+    def _side(self) -> RunSide:
+        side = _sides.get(self.execution_id)
+        if side is None:
+            raise RuntimeError(f"tool {self.tool_name!r} cannot reach its run here")
+        return side
 
 
 _current: ContextVar[ToolContext | None] = ContextVar("behest_tool_context", default=None)
-# Who puts the questions of an execution running now to its run's user, by execution id.
-_askers: dict[str, Asker] = {}
+# The runs of the executions running now, by execution id: who answers their tools.
+_sides: dict[str, RunSide] = {}
 
 
 @contextlib.contextmanager
-def asking(context: ToolContext, asker: Asker | None) -> Iterator[None]:
-    """Inside the block, `context.ask` goes to `asker` (from any task: an MCP server's
-    question arrives on its connection's)."""
-    if asker is None:
+def run_side(context: ToolContext, side: RunSide | None) -> Iterator[None]:
+    """Inside the block, `context.ask`, `progress` and `sample` go to `side` (from any task:
+    an MCP server's requests arrive on its connection's)."""
+    if side is None:
         yield
         return
-    _askers[context.execution_id] = asker
+    _sides[context.execution_id] = side
     try:
         yield
     finally:
-        _askers.pop(context.execution_id, None)
+        _sides.pop(context.execution_id, None)
 
 
 def current_tool_context() -> ToolContext | None:

@@ -46,6 +46,9 @@ from behest.tools.context import ToolContext
 from behest.tools.mcp_config import McpServerConfig
 from behest.tools.mcp_elicit import InFlight, elicitation_callback
 from behest.tools.mcp_framing import sendable
+from behest.tools.mcp_logs import logging_callback
+from behest.tools.mcp_progress import progress_callback
+from behest.tools.mcp_sampling import sampling_callback
 from behest.tools.mcp_tools import listed_tools, make_tools, request_meta, result_text
 from behest.tools.mcp_transport import Connection, transport
 
@@ -219,12 +222,17 @@ class _Server:
             self._settled.clear()
 
     def _client_for(self, connection: Connection, stack: AsyncExitStack) -> Client:
+        """The SDK's client, answering questions, sampling (if allowed) and log messages."""
+        config = self.config
         return Client(
-            transport(self.config, connection, stack),
-            read_timeout_seconds=self.config.timeout_s,
+            transport(config, connection, stack),
+            read_timeout_seconds=config.timeout_s,
             client_info=Implementation(name="behest", version=__version__),
             cache=None,
             elicitation_callback=elicitation_callback(self._in_flight),
+            sampling_callback=sampling_callback(self._in_flight) if config.sampling else None,
+            logging_callback=logging_callback(config),
+            log_level=config.log_level,
         )
 
     def _connected(self, client: Client, listed: list[McpTool] | None) -> None:
@@ -268,8 +276,8 @@ class _Server:
     async def call(
         self, tool: str, arguments: dict[str, Any], context: ToolContext | None = None
     ) -> ToolResult:
-        """Call one MCP tool, its context in the request's `_meta`; every failure becomes an
-        error result, never an exception."""
+        """Call one MCP tool, its context in the request's `_meta` with a progress token
+        (mcp_progress.py); every failure becomes an error result, never an exception."""
         timeout_s, began = self.config.timeout_s, time.monotonic()
         if not self._settled.is_set():  # restarting: wait for it, leaving time for the call
             with contextlib.suppress(TimeoutError):
@@ -288,7 +296,11 @@ class _Server:
             async with asyncio.timeout(remaining):
                 with self._in_flight.serving(context):
                     result = await client.call_tool(
-                        tool, arguments, read_timeout_seconds=remaining, meta=request_meta(context)
+                        tool,
+                        arguments,
+                        read_timeout_seconds=remaining,
+                        progress_callback=progress_callback(context),
+                        meta=request_meta(context),
                     )
         except TimeoutError:
             return self._timed_out(tool)

@@ -7,6 +7,8 @@ import: no SDK here).
     env = { LOG_LEVEL = "debug" }        # and cwd
     timeout_s = 30                       # per tool call
     requires_approval = false            # every call waits for an approval
+    sampling = true                      # answer its sampling requests with the run's model
+    log_level = "info"                   # its log messages from this level on go to the log
     [mcp.servers.search]                 # or a streamable HTTP url
     url = "http://127.0.0.1:8931/mcp"
     headers = { Authorization = "Bearer ..." }
@@ -18,8 +20,8 @@ setting; McpSettings.configs gives the frozen McpServerConfig each server is run
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -35,6 +37,8 @@ from pydantic import (
 from behest.tools.base import DEFAULT_TIMEOUT_S
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+# MCP's log levels (RFC 5424's severities), the least severe first.
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,11 @@ class McpServerConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     # Every call of the server's tools waits for an approval (SubmitApprovals).
     requires_approval: bool = False
+    # Whether behest advertises sampling to it and answers its requests with the calling
+    # run's model (tools/mcp_sampling.py).
+    sampling: bool = True
+    # The least severe of its log messages behest asks for and logs (tools/mcp_logs.py).
+    log_level: LogLevel = "info"
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -95,6 +104,8 @@ class McpServerTable(BaseModel):
     headers: dict[str, str] | None = None
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, strict=True)
     requires_approval: StrictBool = False
+    sampling: StrictBool = True
+    log_level: LogLevel = "info"
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerTable:
@@ -122,6 +133,8 @@ class McpServerTable(BaseModel):
             headers=None if self.headers is None else dict(self.headers),
             timeout_s=self.timeout_s,
             requires_approval=self.requires_approval,
+            sampling=self.sampling,
+            log_level=self.log_level,
         )
 
 
@@ -134,13 +147,21 @@ class McpSettings(BaseModel):
         default_factory=dict
     )
     _configs: tuple[McpServerConfig, ...] = PrivateAttr(default=())
+    _unsampled: tuple[McpServerConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
     def _made_once(self) -> McpSettings:
         self._configs = tuple(table.config(name) for name, table in self.servers.items())
+        self._unsampled = tuple(replace(c, sampling=False) for c in self._configs)
         return self
 
     @property
     def configs(self) -> tuple[McpServerConfig, ...]:
         """The servers as they are run, in the order of the settings."""
         return self._configs
+
+    @property
+    def unsampled(self) -> tuple[McpServerConfig, ...]:
+        """The servers as they are run when no server's sampling is answered (the setting
+        mcp_sampling = false)."""
+        return self._unsampled

@@ -48,7 +48,8 @@ EXECUTION_ID, ATTEMPT, IDEMPOTENCY_KEY, RUN_ID, DEADLINE = (
 
 def make_tools(config: McpServerConfig, listed: list[McpTool], call: Call) -> list[Tool]:
     """The server's listed tools, named `<server>__<tool>`; `call(tool, arguments, context)`
-    runs one. A tool with an invalid schema or a name taken already is logged and left out."""
+    runs one. A tool with an invalid schema or a name taken already is logged and left out;
+    one that requires task-augmented execution is listed but never offered (`unsupported`)."""
     tools: list[Tool] = []
     seen: set[str] = set()
     for mcp_tool in listed:
@@ -74,8 +75,16 @@ def _make_tool(config: McpServerConfig, name: str, mcp_tool: McpTool, call: Call
     hints = mcp_tool.annotations
     read_only = bool(hints and hints.read_only_hint)
     description = (mcp_tool.description or mcp_tool.title or mcp_tool.name).strip()
+    unsupported = _unsupported(mcp_tool)
+    if unsupported:
+        log.warning(
+            f"MCP server {config.name!r}: tool {mcp_tool.name!r} is not offered: {unsupported}",
+            extra={"mcp_server": config.name, "tool": mcp_tool.name},
+        )
 
     async def function(arguments: dict[str, Any], context: ToolContext | None = None) -> ToolResult:
+        if unsupported:  # not offered to models; a run that calls it anyway learns why
+            return ToolResult(f"MCP tool {mcp_tool.name!r} was not called: {unsupported}", True)
         return await call(mcp_tool.name, arguments, context)
 
     return FunctionTool(
@@ -88,7 +97,21 @@ def _make_tool(config: McpServerConfig, name: str, mcp_tool: McpTool, call: Call
         concurrency_safe=read_only,
         idempotent=bool(hints and hints.idempotent_hint),
         requires_approval=config.requires_approval,
+        unsupported=unsupported,
     )
+
+
+def _unsupported(mcp_tool: McpTool) -> str:
+    """Why behest cannot call the tool ("" when it can): one that requires task-augmented
+    execution (MCP tasks, SEP-1686) answers a plain tools/call with an error, and the SDK
+    behest uses has no client side of tasks (their methods are types only)."""
+    execution = mcp_tool.execution
+    if execution is not None and execution.task_support == "required":
+        return (
+            'it requires task-augmented execution (execution.taskSupport "required"), '
+            "which behest does not run"
+        )
+    return ""
 
 
 def request_meta(context: ToolContext | None) -> RequestParamsMeta | None:

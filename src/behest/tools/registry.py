@@ -165,6 +165,11 @@ class ToolRegistry:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
         return f"{what} does not match {against} at {where}: {errors[0].message}"
 
+    def unsupported(self, name: str) -> str:
+        """Why the tool is not offered to models ("" when it is): it needs something behest
+        does not do (an MCP tool that requires task-augmented execution). ListTools shows it."""
+        return str(getattr(self._tools.get(name), "unsupported", "") or "")
+
     def requires_approval(self, name: str) -> bool:
         """Whether every call of the tool needs an approval: its definition or the settings
         say so (a run may ask for more: runs/waiting.py)."""

@@ -163,6 +163,13 @@ def _execution_finished(it: Item, p: ev.ToolExecutionFinished, c: Context) -> No
     it.sections = [("call", p.call_id)]
 
 
+def _tool_progress(it: Item, p: ev.ToolProgress, c: Context) -> None:
+    it.kind, it.title = "tool", "tool progress"
+    it.sections = [("call", f"{p.tool_name} (call {p.call_id})")]
+    if p.message:
+        it.sections.append(("message", clip(p.message)))
+
+
 def _tool_message(it: Item, p: ev.ToolMessageCommitted, c: Context) -> None:
     message = c.messages.get(p.message_id)
     it.kind, it.title = "tool", "tool result"
@@ -297,6 +304,7 @@ _DESCRIBE: dict[type, Callable[[Item, Any, Context], None]] = {
     ev.ToolCallCompleted: _call_completed,
     ev.ToolExecutionStarted: _execution_started,
     ev.ToolExecutionFinished: _execution_finished,
+    ev.ToolProgress: _tool_progress,
     ev.ToolMessageCommitted: _tool_message,
     ev.AssistantMessageCommitted: _assistant_message,
     ev.UsageRecorded: _usage,

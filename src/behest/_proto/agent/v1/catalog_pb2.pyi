@@ -33,6 +33,7 @@ class ToolInfo(_message.Message):
     REQUIRES_APPROVAL_FIELD_NUMBER: _builtins.int
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
+    UNSUPPORTED_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """"builtin", "plugin", "mcp" or (added in behest 0.9) "worker"."""
     read_only: _builtins.bool
@@ -42,6 +43,12 @@ class ToolInfo(_message.Message):
     timeout_s: _builtins.float
     workers: _builtins.int
     """Added in behest 0.9: with source "worker", how many live workers serve it."""
+    unsupported: _builtins.str
+    """Added in behest 0.11: why behest does not offer this tool to models (listed, never
+    offered, a call gets an error result), e.g. an MCP tool that requires task-augmented
+    execution (`execution.taskSupport: "required"`), which behest does not run; empty when
+    it offers it.
+    """
     @_builtins.property
     def spec(self) -> _common_pb2.ToolSpec: ...
     def __init__(
@@ -55,10 +62,11 @@ class ToolInfo(_message.Message):
         requires_approval: _builtins.bool = ...,
         timeout_s: _builtins.float = ...,
         workers: _builtins.int = ...,
+        unsupported: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "idempotent", b"idempotent", "read_only", b"read_only", "requires_approval", b"requires_approval", "source", b"source", "spec", b"spec", "timeout_s", b"timeout_s", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "idempotent", b"idempotent", "read_only", b"read_only", "requires_approval", b"requires_approval", "source", b"source", "spec", b"spec", "timeout_s", b"timeout_s", "unsupported", b"unsupported", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

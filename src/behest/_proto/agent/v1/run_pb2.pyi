@@ -338,6 +338,7 @@ class AgentEvent(_message.Message):
     USER_MESSAGE_ADDED_FIELD_NUMBER: _builtins.int
     ELICITATION_REQUESTED_FIELD_NUMBER: _builtins.int
     ELICITATION_ANSWERED_FIELD_NUMBER: _builtins.int
+    TOOL_PROGRESS_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
@@ -455,6 +456,12 @@ class AgentEvent(_message.Message):
         """Added in behest 0.11: how that question was answered."""
 
     @_builtins.property
+    def tool_progress(self) -> Global___ToolProgressEvent:
+        """Added in behest 0.11: how far a running tool got (an MCP server's progress
+        notification, or a plugin tool's report); throttled.
+        """
+
+    @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
@@ -496,15 +503,16 @@ class AgentEvent(_message.Message):
         user_message_added: Global___UserMessageAddedEvent | None = ...,
         elicitation_requested: Global___ElicitationRequestedEvent | None = ...,
         elicitation_answered: Global___ElicitationAnsweredEvent | None = ...,
+        tool_progress: Global___ToolProgressEvent | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         trace_id: _builtins.str = ...,
         span_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "elicitation_answered", b"elicitation_answered", "elicitation_requested", b"elicitation_requested", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "elicitation_answered", b"elicitation_answered", "elicitation_requested", b"elicitation_requested", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_progress", b"tool_progress", "tool_retry_scheduled", b"tool_retry_scheduled", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "elicitation_answered", b"elicitation_answered", "elicitation_requested", b"elicitation_requested", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_message_committed", b"assistant_message_committed", "budget_exceeded", b"budget_exceeded", "client_tool_answered", b"client_tool_answered", "client_tool_requested", b"client_tool_requested", "compaction_circuit_opened", b"compaction_circuit_opened", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "context_built", b"context_built", "doom_loop_detected", b"doom_loop_detected", "elicitation_answered", b"elicitation_answered", "elicitation_requested", b"elicitation_requested", "event", b"event", "handoff", b"handoff", "model_started", b"model_started", "output_rejected", b"output_rejected", "reasoning_delta", b"reasoning_delta", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "span_id", b"span_id", "sub_run_finished", b"sub_run_finished", "sub_run_started", b"sub_run_started", "text_delta", b"text_delta", "timestamp", b"timestamp", "tool_call_completed", b"tool_call_completed", "tool_call_delta", b"tool_call_delta", "tool_call_started", b"tool_call_started", "tool_execution_finished", b"tool_execution_finished", "tool_execution_reconciled", b"tool_execution_reconciled", "tool_execution_started", b"tool_execution_started", "tool_message_committed", b"tool_message_committed", "tool_outcome_unknown", b"tool_outcome_unknown", "tool_progress", b"tool_progress", "tool_retry_scheduled", b"tool_retry_scheduled", "trace_id", b"trace_id", "usage_recorded", b"usage_recorded", "user_message_added", b"user_message_added"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff", "user_message_added", "elicitation_requested", "elicitation_answered"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "context_built", "model_started", "text_delta", "tool_call_started", "tool_call_delta", "tool_call_completed", "tool_execution_started", "tool_execution_finished", "assistant_message_committed", "tool_message_committed", "usage_recorded", "run_completed", "run_failed", "run_cancelled", "doom_loop_detected", "compaction_circuit_opened", "compaction_started", "compaction_finished", "approval_requested", "approval_resolved", "client_tool_requested", "client_tool_answered", "budget_exceeded", "sub_run_started", "sub_run_finished", "output_rejected", "reasoning_delta", "tool_outcome_unknown", "tool_execution_reconciled", "tool_retry_scheduled", "handoff", "user_message_added", "elicitation_requested", "elicitation_answered", "tool_progress"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1646,6 +1654,46 @@ class ElicitationAnsweredEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ElicitationAnsweredEvent: _TypeAlias = ElicitationAnsweredEvent  # noqa: Y015
+
+@_typing.final
+class ToolProgressEvent(_message.Message):
+    """Added in behest 0.11: how far a running tool got, in its own units: an MCP server's
+    progress notification (behest sends a progress token with every tools/call) or a plugin
+    tool's ToolContext.progress. At most one every half second per call, and the last one
+    before the call's result always.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    tool_name: _builtins.str
+    progress: _builtins.float
+    """How much is done; it only grows."""
+    total: _builtins.float
+    """Of how much; 0 when the tool did not say."""
+    message: _builtins.str
+    """What the tool is doing now (may be empty)."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        progress: _builtins.float = ...,
+        total: _builtins.float = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "message", b"message", "progress", b"progress", "tool_name", b"tool_name", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolProgressEvent: _TypeAlias = ToolProgressEvent  # noqa: Y015
 
 @_typing.final
 class OutputRejectedEvent(_message.Message):
