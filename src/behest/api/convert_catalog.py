@@ -26,6 +26,7 @@ def tool_info(value: catalog.ToolInfo) -> pb_catalog.ToolInfo:
         requires_approval=value.requires_approval,
         timeout_s=value.timeout_s,
         workers=value.workers,
+        unavailable_reason=value.unavailable_reason,
     )
 
 

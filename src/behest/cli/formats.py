@@ -189,7 +189,8 @@ def format_event(event: Event) -> str:
 
 
 def format_tools(tools: Sequence[Tool]) -> str:
-    """A table of tools: source, what the loop may do with each, timeout, description."""
+    """A table of tools: source, what the loop may do with each, timeout, description (or
+    why it is unavailable now)."""
     rows = [("TOOL", "SOURCE", "FLAGS", "TIMEOUT", "DESCRIPTION")]
     rows += [
         (
@@ -197,11 +198,18 @@ def format_tools(tools: Sequence[Tool]) -> str:
             t.source,
             _flags(t),
             f"{t.timeout_s:g} s" if t.timeout_s else "-",
-            shorten(t.description.strip().split("\n", 1)[0]),
+            shorten(_described(t)),
         )
         for t in tools
     ]
     return table(rows)
+
+
+def _described(tool: Tool) -> str:
+    """Its description's first line; why it is unavailable instead, while it is."""
+    if tool.unavailable_reason:
+        return f"UNAVAILABLE: {tool.unavailable_reason}"
+    return tool.description.strip().split("\n", 1)[0]
 
 
 def _flags(tool: Tool) -> str:

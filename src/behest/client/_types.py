@@ -278,6 +278,8 @@ class Tool:
     timeout_s: float = 0.0
     # With source "worker": how many live workers serve it.
     workers: int = 0
+    # Why it is unavailable now ("" when it is): an MCP server's tool while the server is down.
+    unavailable_reason: str = ""
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

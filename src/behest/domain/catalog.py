@@ -25,6 +25,8 @@ class ToolInfo:
     timeout_s: float
     # A worker tool: how many live workers serve it.
     workers: int = 0
+    # Why the tool is unavailable now ("" when it is available): an MCP server that is down.
+    unavailable_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
