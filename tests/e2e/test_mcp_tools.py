@@ -198,15 +198,17 @@ async def test_servers_that_fail_to_start_give_no_tools_and_are_logged(
     assert status["missing"] == (
         "failed: cannot run command '/nonexistent/behest-mcp-server': No such file or directory"
     )
-    assert status["quits"].startswith("failed: the server closed the connection")
+    # Its exit is seen as its output ending or its input closed, whichever comes first.
+    assert status["quits"].startswith("failed: the server ")
     assert status["refused"] == "failed: All connection attempts failed"
     errors = mcp_errors(caplog)
     for name in ("missing", "quits", "refused"):
-        # Tried again and again; the same failure is an error once.
+        # Tried again and again; an error once, the next failures warnings or infos.
         (message,) = [m for m in errors if f"MCP server {name!r}" in m]
         assert "failed to start" in message
-        assert status[name].removeprefix("failed: ") in message
         assert "trying again in" in message
+    for name in ("missing", "refused"):  # their cause is the same every time
+        assert any(status[name].removeprefix("failed: ") in m for m in errors)
 
 
 def test_a_missing_command_is_named_on_uvloop() -> None:
@@ -254,7 +256,7 @@ async def test_a_failed_server_is_tried_again_until_it_starts(start: Start, tmp_
         f"sys.argv = [{str(ECHO_SERVER)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
     )
     source = await start(python("late", code), restart_max_s=0.2)
-    assert source.status()["late"].startswith("failed: the server closed the connection")
+    assert source.status()["late"].startswith("failed: the server ")  # it exited
     assert source.tools() == []
     flag.touch()
     await until(source, "late", "ready")

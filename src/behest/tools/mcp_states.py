@@ -68,8 +68,10 @@ class McpServerState:
         """Why its tools are unavailable, in words ("" when it is ready)."""
         if self.state == READY:
             return ""
-        said = f"MCP server {self.name!r} is {self.state}"
-        return f"{said} ({self.cause})" if self.cause else said
+        cause = f" ({self.cause})" if self.cause else ""
+        if self.state == FAILED:
+            return f"MCP server {self.name!r} failed{cause}; behest tries it again"
+        return f"MCP server {self.name!r} is {self.state}{cause}"
 
 
 class Lifecycle:
@@ -140,10 +142,11 @@ class Lifecycle:
         self._set(FAILED, cause)
         what = {STARTING: "failed to start", RESTARTING: "did not restart"}.get(was)
         retry = f"trying again in {wait:.1f} s (attempt {self._failures + 1})"
-        if what is not None or cause != said:
-            self._log(f"{what or 'failed again'}: {cause}; {retry}", cause)
-        else:  # the same failure again: once at error level is enough
-            log.info(f"MCP server {self.name!r} still fails: {cause}; {retry}")
+        if what is not None:
+            self._log(f"{what}: {cause}; {retry}", cause)
+        else:  # failing again: an error once per run of failures is enough
+            level = logging.WARNING if cause != said else logging.INFO
+            self._log(f"still fails: {cause}; {retry}", cause, level)
         return wait
 
     def stopped(self) -> None:
@@ -159,8 +162,9 @@ class Lifecycle:
         if changed:
             self._on_change()
 
-    def _log(self, what: str, cause: str) -> None:
-        log.error(
+    def _log(self, what: str, cause: str, level: int = logging.ERROR) -> None:
+        log.log(
+            level,
             f"MCP server {self.name!r} ({self.transport}) {what}",
             extra={"mcp_server": self.name, "mcp_state": self.state, "error": cause},
         )
