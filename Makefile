@@ -7,9 +7,9 @@ BUF := .tools/node_modules/.bin/buf
 BASELINE := tests/contract/agent_v1_baseline.binpb
 # The AG-UI door's tests drive the real @ag-ui/client in Node (tests/agui_node, its lock file).
 AGUI_NODE := tests/agui_node/node_modules/.package-lock.json
-# MCP reference servers from npm (tests/mcp_npm, its lock file), run by path with node by the
-# tests of MCP features (tests/e2e/test_mcp_everything.py); never downloaded at run time.
-MCP_NPM := tests/mcp_npm/node_modules/.package-lock.json
+# The MCP reference servers from npm (tests/mcp_node, its lock file), run by path with node by
+# the MCP tests: installed here, never downloaded at run time.
+MCP_NODE := tests/mcp_node/node_modules/.package-lock.json
 # The run inspector's browser tests drive Debian's chromium through Playwright (never
 # `playwright install`, which downloads browsers).
 CHROMIUM := /usr/bin/chromium
@@ -52,11 +52,11 @@ $(AGUI_NODE): tests/agui_node/package-lock.json
 	npm ci --silent --no-audit --no-fund --prefix tests/agui_node
 	touch $@
 
-$(MCP_NPM): tests/mcp_npm/package-lock.json
-	npm ci --silent --no-audit --no-fund --prefix tests/mcp_npm
+$(MCP_NODE): tests/mcp_node/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix tests/mcp_node
 	touch $@
 
-test: install $(CHROMIUM) $(TS_DEPS) $(AGUI_NODE) $(MCP_NPM)
+test: install $(CHROMIUM) $(TS_DEPS) $(AGUI_NODE) $(MCP_NODE)
 	$(BIN)/pytest
 
 proto: install

@@ -70,8 +70,11 @@ async def start_server_with_plugins(settings: Settings) -> Server:
 
 
 async def start_server(settings: Settings) -> Server:
+    """The app started, and its MCP servers ready or failed (the app itself waits for none:
+    tests/e2e/test_mcp_supervision.py)."""
     app = App(settings)
     await app.start()
+    await app.mcp.settled()
     address = f"127.0.0.1:{app.port}"
     channel = grpc.aio.insecure_channel(address)
     return Server(

@@ -43,7 +43,8 @@ from behest.store.sql.channel import Channel
 from behest.store.sql.sqlite_lock import sqlite_lock
 from behest.store.sql.store import SqlStore
 from behest.tools.mcp_source import mcp_tool_source
-from behest.tools.registry import MCP
+from behest.tools.mcp_states import STATES as MCP_STATES
+from behest.tools.server_tools import ServerTools
 
 if TYPE_CHECKING:
     from behest.observability.metrics_endpoint import Security
@@ -70,7 +71,14 @@ class App:
         self.database_lock = sqlite_lock(url)
         self.tools = tools_from(settings)
         self.mcp = mcp_tool_source(
-            settings.mcp_servers, start_timeout_s=settings.mcp_start_timeout_s
+            settings.mcp_servers,
+            start_timeout_s=settings.mcp_start_timeout_s,
+            restart_max_s=settings.mcp_restart_max_s,
+        )
+        # What runs and ListTools see: the registry and the MCP servers' tools as they are.
+        self.server_tools = ServerTools(self.tools, self.mcp)
+        self.telemetry.metrics.watch_mcp_servers(
+            lambda: [(s.name, s.state) for s in self.mcp.servers()], MCP_STATES
         )
         self.event_log = EventLog(
             self.store,
@@ -94,7 +102,7 @@ class App:
             event_log=self.event_log,
             executor=self.executor,
             providers=self.providers,
-            tools=self.tools,
+            tools=self.server_tools,
             compaction_settings=compaction_settings,
             cooldown_s=settings.compaction_cooldown_s,
             approver_role=settings.auth.approver_role,
@@ -148,6 +156,7 @@ class App:
             max_receive_message_bytes=settings.max_receive_message_bytes,
         )
         self.event_log.health.on_change(self.server.writes_land)
+        self.mcp.watch(lambda state: self.server.mcp_server(state.name, ready=state.ready))
         self.web: WebServer | None = None
         if settings.http_listen:
             from behest.doors.assemble import doors_front  # only when on: Starlette, uvicorn,
@@ -172,12 +181,12 @@ class App:
                 max_children=settings.sub_agent_max_children,
             ),
             check_model=self.providers.check,
-            tool_names=self.tools.names,
+            tool_names=self.server_tools.names,
         )
         builder = LoopBuilder(
             store=self.store,
             providers=self.providers,
-            tools=self.tools,
+            tools=self.server_tools,
             limits=LoopLimits(
                 max_iterations=settings.max_iterations,
                 tool_concurrency=settings.tool_concurrency,
@@ -227,9 +236,9 @@ class App:
     async def start(self) -> None:
         telemetry.setup()
         self.telemetry.start(self._metrics_security())
+        # The MCP servers start beside everything else: nothing waits for them but the
+        # calls of their tools (and runs that name them): tools/server_tools.py.
         await self.mcp.start()
-        for tool in self.mcp.tools():
-            self.tools.add(tool, source=MCP)
         agents = checked_settings_agents(self.settings.agents, self.runs, self.admission)
         if self.database_lock is not None:
             self.database_lock.acquire()

@@ -1,4 +1,4 @@
-"""The MCP reference server `@modelcontextprotocol/server-everything` from npm (tests/mcp_npm,
+"""The MCP reference server `@modelcontextprotocol/server-everything` from npm (tests/mcp_node,
 installed by `make test`, run by path with node): its long-running operation's progress is in
 the run's log, its sampling tool is answered by the run's `script` model with the tokens
 counted, its log messages are in behest's log, and its task-required tool is listed as not
@@ -34,7 +34,7 @@ from tests.support import (
 
 EVERYTHING = (
     Path(__file__).parents[1]
-    / "mcp_npm"
+    / "mcp_node"
     / "node_modules"
     / "@modelcontextprotocol"
     / "server-everything"
@@ -46,7 +46,7 @@ RESEARCH = "everything__simulate-research-query"
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    """Node with tests/mcp_npm's packages (`make test` installs them with npm ci)."""
+    """Node with tests/mcp_node's packages (`make test` installs them with npm ci)."""
     found = shutil.which("node")
     if found and EVERYTHING.is_file():
         return found

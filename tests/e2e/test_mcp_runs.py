@@ -7,6 +7,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import grpc
+import pytest
+
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.config import Settings
 from behest.domain.callers import DEFAULT_TENANT
@@ -128,3 +131,35 @@ async def test_a_runs_mcp_call_carries_its_context_in_meta(tmp_path: Path) -> No
     deadline = datetime.fromisoformat(meta["io.behest/deadline"].replace("Z", "+00:00"))
     ahead = timedelta(seconds=12)
     assert began + ahead - timedelta(milliseconds=1) <= deadline <= ended + ahead
+
+
+async def test_a_tool_of_a_server_not_connected_yet_may_be_named_and_then_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """The settings' agents are checked before the MCP servers have listed their tools (the
+    app waits for none): a name of a server that has not listed its tools yet is taken."""
+    config = settings_file(
+        tmp_path,
+        f'[mcp.servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n'
+        '[agents.adder]\nprovider = "local"\nmodel = "script"\ntools = ["echo__add"]\n',
+    )
+    server = await start_server(Settings.load(config_file=str(config)))
+    try:
+        steps = script(
+            {"tool_calls": [{"name": "echo__add", "arguments": {"a": 2, "b": 40}}]},
+            {"say": "tool_results"},
+        )
+        of_agent = pb.CreateRunRequest(agent="adder", input=steps)
+        events = await collect(server.runs.CreateRunStream(of_agent))
+        assert kind(events[-1]) == "run_completed"
+        said = "".join(e.text_delta.delta for e in events if kind(e) == "text_delta")
+        assert said.endswith("echo__add: 42")
+        # Listed now: a name it does not list is refused.
+        request = create_request("hi", model="script")
+        request.tools.append("echo__nope")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await server.runs.CreateRun(request)
+    finally:
+        await stop_server(server)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "tools: unknown tool 'echo__nope'" in (refused.value.details() or "")

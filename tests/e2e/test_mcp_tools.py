@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 from mcp.types import (
     BlobResourceContents,
     CallToolResult,
@@ -25,9 +26,9 @@ from mcp.types import (
 )
 
 from behest.domain.messages import ToolCall
-from behest.tools import mcp
 from behest.tools.base import Tool, ToolResult
 from behest.tools.mcp import McpServerConfig, McpToolSource, result_text
+from behest.tools.mcp_states import McpServerState
 from behest.tools.registry import ToolRegistry
 from tests.support import mcp_http_server
 
@@ -46,7 +47,8 @@ def python(name: str, code: str) -> McpServerConfig:
 
 
 def by_name(source: McpToolSource) -> dict[str, Tool]:
-    return {tool.name: tool for tool in source.tools()}
+    """Every tool the servers have listed, whether their server is ready now or not."""
+    return {tool.name: tool for server in source.servers() for tool in server.tools}
 
 
 async def call(source: McpToolSource, name: str, **arguments: Any) -> ToolResult:
@@ -59,6 +61,20 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def until(source: McpToolSource, name: str, state: str) -> McpServerState:
+    """The server's state once it is `state` (now or when it becomes so)."""
+    reached: asyncio.Future[McpServerState] = asyncio.get_running_loop().create_future()
+
+    def heard(server: McpServerState) -> None:
+        if server.name == name and server.state == state and not reached.done():
+            reached.set_result(server)
+
+    source.watch(heard)
+    for server in source.servers():
+        heard(server)
+    return await asyncio.wait_for(reached, 20)
 
 
 def mcp_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -78,6 +94,7 @@ async def start() -> AsyncIterator[Start]:
         source = McpToolSource(configs, **options)
         sources.append(source)
         await source.start()
+        await source.settled()
         return source
 
     yield start
@@ -104,7 +121,7 @@ async def test_tools_are_named_after_their_server_and_keep_their_schemas(start: 
     assert "Add two integers." in add.description
     assert "MCP server 'echo'" in add.description
     assert add.timeout_s == 7
-    assert source.status() == {"echo": "connected"}
+    assert source.status() == {"echo": "ready"}
 
 
 async def test_tool_hints_become_flags(start: Start) -> None:
@@ -138,7 +155,7 @@ async def test_concurrent_calls_each_get_their_own_answer(start: Start) -> None:
 async def test_a_server_speaking_only_the_2025_handshake_works(start: Start) -> None:
     config = McpServerConfig(name="old", command=sys.executable, args=(str(LEGACY_SERVER),))
     source = await start(config)
-    assert source.status() == {"old": "connected"}
+    assert source.status() == {"old": "ready"}
     assert by_name(source)["old__greet"].read_only
     assert await call(source, "old__greet", who="bob") == ToolResult("hello, bob")
 
@@ -162,7 +179,7 @@ async def test_a_slow_call_times_out_and_the_server_stays_usable(start: Start) -
     assert "timed out" in result.text
     assert time.monotonic() - began < 3
     assert await call(source, "echo__add", a=1, b=1) == ToolResult("2")
-    assert source.status() == {"echo": "connected"}
+    assert source.status() == {"echo": "ready"}
 
 
 async def test_servers_that_fail_to_start_give_no_tools_and_are_logged(
@@ -177,26 +194,75 @@ async def test_servers_that_fail_to_start_give_no_tools_and_are_logged(
     assert {t.name.partition("__")[0] for t in source.tools()} == {"echo"}
     assert await call(source, "echo__add", a=1, b=2) == ToolResult("3")
     status = source.status()
-    assert status["echo"] == "connected"
-    assert status["missing"] == "failed: No such file or directory: /nonexistent/behest-mcp-server"
-    assert status["quits"].startswith("failed: the server closed the connection")
+    assert status["echo"] == "ready"
+    assert status["missing"] == (
+        "failed: cannot run command '/nonexistent/behest-mcp-server': No such file or directory"
+    )
+    # Its exit is seen as its output ending or its input closed, whichever comes first.
+    assert status["quits"].startswith("failed: the server ")
     assert status["refused"] == "failed: All connection attempts failed"
     errors = mcp_errors(caplog)
     for name in ("missing", "quits", "refused"):
+        # Tried again and again; an error once, the next failures warnings or infos.
         (message,) = [m for m in errors if f"MCP server {name!r}" in m]
         assert "failed to start" in message
-        assert status[name].removeprefix("failed: ") in message
+        assert "trying again in" in message
+    for name in ("missing", "refused"):  # their cause is the same every time
+        assert any(status[name].removeprefix("failed: ") in m for m in errors)
 
 
-async def test_a_server_that_never_answers_times_out_at_start(
+def test_a_missing_command_is_named_on_uvloop() -> None:
+    """uvloop's OSError of a spawn names no file (asyncio's does): behest names it."""
+
+    async def status() -> dict[str, str]:
+        source = McpToolSource([McpServerConfig(name="gone", command="behest-no-such-command")])
+        await source.start()
+        await source.settled()
+        try:
+            return source.status()
+        finally:
+            await source.stop()
+
+    assert uvloop.run(status()) == {
+        "gone": "failed: cannot run command 'behest-no-such-command': No such file or directory"
+    }
+
+
+async def test_start_waits_for_no_server_and_one_that_never_answers_fails(
     start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
+    source = McpToolSource(
+        [python("mute", "import time; time.sleep(60)"), echo()], start_timeout_s=3
+    )
     began = time.monotonic()
-    source = await start(python("mute", "import time; time.sleep(60)"), start_timeout_s=0.5)
-    assert time.monotonic() - began < 2
+    try:
+        await source.start()
+        assert time.monotonic() - began < 0.2
+        assert source.status() == {"mute": "starting", "echo": "starting"}
+        assert source.tools() == []
+        await source.settled()
+        assert source.status() == {"mute": "failed: did not start within 3 s", "echo": "ready"}
+        assert {t.name.partition("__")[0] for t in source.tools()} == {"echo"}
+        assert any("MCP server 'mute'" in m for m in mcp_errors(caplog))
+    finally:
+        await source.stop()
+
+
+async def test_a_failed_server_is_tried_again_until_it_starts(start: Start, tmp_path: Path) -> None:
+    """A server whose command fails until a file exists: failed, then ready once it can."""
+    flag = tmp_path / "may-start"
+    code = (
+        f"import os, runpy, sys; os.path.exists({str(flag)!r}) or sys.exit(1); "
+        f"sys.argv = [{str(ECHO_SERVER)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    source = await start(python("late", code), restart_max_s=0.2)
+    assert source.status()["late"].startswith("failed: the server ")  # it exited
     assert source.tools() == []
-    assert source.status() == {"mute": "failed: did not start within 0.5 s"}
-    assert any("MCP server 'mute'" in m for m in mcp_errors(caplog))
+    flag.touch()
+    await until(source, "late", "ready")
+    (later,) = source.servers()
+    assert later.listed and {"late__add", "late__pid"} <= {t.name for t in later.tools}
+    assert await call(source, "late__add", a=2, b=2) == ToolResult("4")
 
 
 async def test_a_server_that_dies_is_restarted_and_its_tools_work_again(
@@ -213,7 +279,7 @@ async def test_a_server_that_dies_is_restarted_and_its_tools_work_again(
     # A call made while it restarts waits for it.
     assert await call(source, "echo__add", a=1, b=2) == ToolResult("3")
     assert (await call(source, "echo__pid")).text != first_pid
-    assert source.status() == {"echo": "connected", "other": "connected"}
+    assert source.status() == {"echo": "ready", "other": "ready"}
     assert await call(source, "other__add", a=1, b=2) == ToolResult("3")
     assert any("MCP server 'echo'" in m and "restarting it" in m for m in mcp_errors(caplog))
 
@@ -259,38 +325,48 @@ async def test_a_call_over_streamable_http(start: Start, http_echo_url: str) -> 
     source = await start(
         McpServerConfig(name="web", url=http_echo_url, headers={"X-Behest-Test": "1"})
     )
-    assert source.status() == {"web": "connected"}
+    assert source.status() == {"web": "ready"}
     assert await call(source, "web__add", a=20, b=22) == ToolResult("42")
     assert by_name(source)["web__add"].read_only
 
 
-async def test_a_dead_http_server_is_given_up_on_after_a_few_restarts(
-    start: Start, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(mcp, "RESTARTS", 2)
-    monkeypatch.setattr(mcp, "RESTART_FIRST_S", 0.01)
+async def test_a_dead_http_server_is_reconnected_once_it_answers_again(start: Start) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(ECHO_SERVER), "--http", stdout=asyncio.subprocess.PIPE
     )
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), 20)
-    url = f"http://127.0.0.1:{int(line.decode().removeprefix('PORT '))}/mcp"
-    source = await start(McpServerConfig(name="web", url=url))
+    port = int(line.decode().removeprefix("PORT "))
+    url = f"http://127.0.0.1:{port}/mcp"
+    source = await start(McpServerConfig(name="web", url=url, timeout_s=4), restart_max_s=0.2)
+    tool = by_name(source)["web__add"]
     process.kill()
     await process.wait()
     began = time.monotonic()
-    lost = await call(source, "web__add", a=1, b=2)
-    assert lost.is_error
+    lost = await tool({"a": 1, "b": 2})
+    assert isinstance(lost, ToolResult) and lost.is_error
     assert "behest is restarting MCP server 'web'" in lost.text
     assert time.monotonic() - began < 2
-    # The next call waits for the restarts, which cannot reach the server.
-    later = await call(source, "web__add", a=1, b=2)
-    assert later == ToolResult(
-        "MCP server 'web' is unavailable (failed: All connection attempts failed; gave up after "
-        "2 restarts)",
-        True,
+    # Its reconnections cannot reach it: failed, and calls fail at once, saying why.
+    failed = await until(source, "web", "failed")
+    assert failed.cause == "All connection attempts failed"
+    assert source.tools() == []
+    began = time.monotonic()
+    later = await tool({"a": 1, "b": 2})
+    assert isinstance(later, ToolResult) and later.is_error
+    assert later.text.startswith(
+        "MCP server 'web' is unavailable: All connection attempts failed; behest tries it again"
     )
-    assert source.status()["web"].startswith("failed")
+    assert time.monotonic() - began < 1
+    again = await asyncio.create_subprocess_exec(
+        sys.executable, str(ECHO_SERVER), "--http", str(port), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        await until(source, "web", "ready")
+        assert await tool({"a": 20, "b": 22}) == ToolResult("42")
+    finally:
+        again.kill()
+        await again.wait()
 
 
 def test_structured_content_is_json_when_there_is_no_text() -> None:

@@ -328,7 +328,7 @@ async def test_list_tools_shows_every_tool_with_its_source_and_flags(tmp_path: P
     server = await start_server_with_plugins(mcp_settings(tmp_path))
     try:
         listed = await cat_rpc.ToolServiceStub(server.channel).ListTools(cat.ListToolsRequest())
-        registry = server.app.tools
+        registry = server.app.server_tools.now()
     finally:
         await stop_server(server)
     tools = {t.spec.name: t for t in listed.tools}

@@ -45,6 +45,7 @@ async def start() -> AsyncIterator[Start]:
         source = McpToolSource(configs)
         sources.append(source)
         await source.start()
+        await source.settled()
         return source
 
     yield start
@@ -53,7 +54,7 @@ async def start() -> AsyncIterator[Start]:
 
 
 async def call(source: McpToolSource, name: str, **arguments: Any) -> ToolResult:
-    (tool,) = [t for t in source.tools() if t.name == f"faulty__{name}"]
+    (tool,) = [t for s in source.servers() for t in s.tools if t.name == f"faulty__{name}"]
     result = await tool(arguments)
     assert isinstance(result, ToolResult)
     return result
@@ -80,7 +81,7 @@ async def test_a_json_rpc_error_is_a_tool_error_with_the_servers_message(
     assert result == ToolResult(f"MCP tool 'error' failed: the widget is jammed ({code})", True)
     assert time.monotonic() - began < 10  # answered, not timed out
     assert await call(source, "add", a=2, b=3) == ToolResult("5")
-    assert source.status() == {"faulty": "connected"}
+    assert source.status() == {"faulty": "ready"}
 
 
 async def test_arguments_that_are_not_valid_unicode_are_refused_and_the_server_stays(
@@ -91,7 +92,7 @@ async def test_arguments_that_are_not_valid_unicode_are_refused_and_the_server_s
     assert result.is_error
     assert "its arguments hold text that is not valid Unicode" in result.text
     assert await call(source, "add", a=2, b=3) == ToolResult("5")
-    assert source.status() == {"faulty": "connected"}
+    assert source.status() == {"faulty": "ready"}
 
 
 # --- output that breaks the protocol: the call fails at once, the server is restarted --------
@@ -120,12 +121,12 @@ async def test_a_server_that_breaks_the_protocol_fails_the_call_at_once_and_is_r
     (logged,) = [m for m in mcp_errors(caplog) if "MCP server 'faulty'" in m]
     assert cause in logged and "restarting it" in logged
     assert (await call(source, "pid")).text != first_pid
-    assert source.status() == {"faulty": "connected"}
+    assert source.status() == {"faulty": "ready"}
 
 
 async def test_a_banner_before_the_first_message_is_skipped(start: Start) -> None:
     source = await start(faulty("--banner"))
-    assert source.status() == {"faulty": "connected"}
+    assert source.status() == {"faulty": "ready"}
     assert await call(source, "add", a=1, b=2) == ToolResult("3")
 
 
@@ -147,7 +148,7 @@ async def test_an_answer_over_the_bound_over_http_is_an_error_and_the_server_sta
     assert result.is_error
     assert "the answer is over the 1,048,576 bytes behest reads" in result.text
     assert await call(source, "add", a=1, b=2) == ToolResult("3")
-    assert source.status() == {"faulty": "connected"}
+    assert source.status() == {"faulty": "ready"}
 
 
 def settings_file(tmp_path: Path) -> Path:
@@ -165,6 +166,7 @@ async def tool_text(stub: rpc.RunServiceStub, tool: str, **arguments: object) ->
         {"tool_calls": [{"name": f"faulty__{tool}", "arguments": arguments}]},
         {"say": "tool_results"},
     )
+    # The run waits for the server while it starts (behest serve does not).
     events = await collect(stub.CreateRunStream(create_request(steps, model="script")))
     assert kind(events[-1]) == "run_completed"
     last_turn = max(i for i, e in enumerate(events) if kind(e) == "model_started")

@@ -3,6 +3,7 @@
 python echo_server.py            # stdio
 python echo_server.py --http     # streamable HTTP on 127.0.0.1, ephemeral port;
                                  # prints "PORT <n>" on stdout once listening
+python echo_server.py --http N   # the same on port N
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ async def _serve_http() -> None:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    given = sys.argv[sys.argv.index("--http") + 1 :]
+    sock.bind(("127.0.0.1", int(given[0]) if given else 0))
     sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     app = server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

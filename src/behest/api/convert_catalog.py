@@ -27,6 +27,7 @@ def tool_info(value: catalog.ToolInfo) -> pb_catalog.ToolInfo:
         timeout_s=value.timeout_s,
         workers=value.workers,
         unsupported=value.unsupported,
+        unavailable_reason=value.unavailable_reason,
     )
 
 

@@ -30,6 +30,7 @@ from behest.domain.spend import MAX_AMOUNT, RunBudget, parse_amount
 from behest.domain.waits import ClientTool, WaitOptions
 from behest.errors import InvalidArgument, quote
 from behest.runs.sub_runs import SPAWN_TOOL
+from behest.tools.server_tools import ToolNames
 
 MAX_TOOLS = 128
 MAX_ITERATIONS = 1000
@@ -60,7 +61,7 @@ class Offer(Protocol):
         """Raise InvalidArgument unless the provider is configured and offers the model."""
         ...
 
-    def tool_names(self, tenant: str = "") -> list[str]:
+    def tool_names(self, tenant: str = "") -> ToolNames:
         """The tools a run of `tenant` may name."""
         ...
 
@@ -99,7 +100,7 @@ def run_request(
     offer.check_content(provider, model, content)
     known = offer.tool_names(tenant)
     spawn = [SPAWN_TOOL] if request.allow_sub_agents else []
-    waits = wait_options(request, [*known, *spawn], limits.max_wait_s)
+    waits = wait_options(request, known.with_names(spawn), limits.max_wait_s)
     budget = run_budget(request.budget, limits.max_wait_s)
     if budget.max_cost is not None and not offer.has_prices(provider, model):
         raise InvalidArgument(

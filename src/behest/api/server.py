@@ -47,6 +47,9 @@ SERVICES = (
     "agent.v1.AgentService",
 )
 
+# The health service name of each MCP server (ApiServer.mcp_server).
+MCP = "behest.mcp."
+
 
 def agent_services(runs: Operations, admission: Admission) -> dict[str, list[GuardedMethod]]:
     """Every agent.v1 service's guarded methods by the service's full name: the one
@@ -120,6 +123,16 @@ class ApiServer:
         if not writable:
             status = health_pb2.HealthCheckResponse.NOT_SERVING
         task = asyncio.get_running_loop().create_task(self._set_health(status))
+        self._health_tasks.add(task)
+        task.add_done_callback(self._health_tasks.discard)
+
+    def mcp_server(self, name: str, *, ready: bool) -> None:
+        """An MCP server's state as a service of its own, `behest.mcp.NAME`: SERVING while it
+        is ready, NOT_SERVING otherwise (the server as a whole is not affected)."""
+        status = health_pb2.HealthCheckResponse.SERVING
+        if not ready:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        task = asyncio.get_running_loop().create_task(self._health.set(MCP + name, status))
         self._health_tasks.add(task)
         task.add_done_callback(self._health_tasks.discard)
 

@@ -190,7 +190,7 @@ def format_event(event: Event) -> str:
 
 def format_tools(tools: Sequence[Tool]) -> str:
     """A table of tools: source, what the loop may do with each, timeout, description (or
-    why the server does not offer it)."""
+    why the server does not offer it, or why it is unavailable now)."""
     rows = [("TOOL", "SOURCE", "FLAGS", "TIMEOUT", "DESCRIPTION")]
     rows += [
         (
@@ -198,15 +198,20 @@ def format_tools(tools: Sequence[Tool]) -> str:
             t.source,
             _flags(t),
             f"{t.timeout_s:g} s" if t.timeout_s else "-",
-            shorten(
-                f"not offered: {t.unsupported}"
-                if t.unsupported
-                else t.description.strip().split("\n", 1)[0]
-            ),
+            shorten(_described(t)),
         )
         for t in tools
     ]
     return table(rows)
+
+
+def _described(tool: Tool) -> str:
+    """Its description's first line; why it is not offered or unavailable instead."""
+    if tool.unsupported:
+        return f"not offered: {tool.unsupported}"
+    if tool.unavailable_reason:
+        return f"UNAVAILABLE: {tool.unavailable_reason}"
+    return tool.description.strip().split("\n", 1)[0]
 
 
 def _flags(tool: Tool) -> str:

@@ -281,6 +281,8 @@ class Tool:
     # Why the server does not offer it to models ("" when it does), e.g. an MCP tool that
     # requires task-augmented execution.
     unsupported: str = ""
+    # Why it is unavailable now ("" when it is): an MCP server's tool while the server is down.
+    unavailable_reason: str = ""
     raw: Any = field(default=None, repr=False, compare=False, kw_only=True)
 
 

@@ -185,13 +185,14 @@ class Settings(BaseSettings):
     # their keys read once; as the adapters take them: `provider_configs`.
     providers: dict[ProviderName, ProviderTable] = Field(default_factory=dict)
     # MCP servers whose tools behest offers ([mcp.servers.NAME] tables, tools/mcp_config.py;
-    # as they are run: `mcp_servers`), and how long each may take to start before it is
-    # reported failed.
+    # as they are run: `mcp_servers`), how long one attempt to start one may take before it
+    # is reported failed, and the longest wait between attempts (they go on forever).
     mcp: McpSettings = Field(default_factory=McpSettings)
     mcp_start_timeout_s: float = Field(default=30.0, gt=0)
     # Whether MCP servers' sampling requests are answered with the calling run's model; a
     # server's own `sampling = false` turns it off for that server alone.
     mcp_sampling: bool = True
+    mcp_restart_max_s: float = Field(default=30.0, gt=0, le=3600)
     # Agents created or updated at every start ([agents.NAME] tables: an AgentDefinition's
     # fields by their proto names, and an optional `tenant`, default the default tenant);
     # a new version only when one changed. Checked at start like AgentService's requests.

@@ -28,6 +28,8 @@ class ToolInfo:
     # Why behest does not offer it to models ("" when it does): an MCP tool that requires
     # task-augmented execution, say.
     unsupported: str = ""
+    # Why the tool is unavailable now ("" when it is available): an MCP server that is down.
+    unavailable_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -123,6 +123,25 @@ class Metrics:
             "Runs this process holds now (executing, being created, or being ended)",
         )
 
+    def watch_mcp_servers(
+        self, states: Callable[[], Iterable[tuple[str, str]]], all_states: Iterable[str]
+    ) -> None:
+        """Report each MCP server's state, `states()` as (server, state) pairs, whenever
+        metrics are collected: behest_mcp_server_state is 1 for its state, 0 for the others."""
+        every = tuple(all_states)
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            for server, state in states():
+                for one in every:
+                    yield Observation(int(one == state), self.attrs("server", server, "state", one))
+
+        self._meter.create_observable_gauge(
+            "behest_mcp_server_state",
+            [observe],
+            "1",
+            "1 for the state each MCP server is in now (starting, ready, restarting, failed)",
+        )
+
     def run_finished(self, outcome: str, code: FailureCode = FailureCode.UNSPECIFIED) -> None:
         """A run's end is durable: "completed", "cancelled" or "failed" with its code."""
         self.runs_finished.add(1, self._finished.get((outcome, code), _NONE))

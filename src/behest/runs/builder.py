@@ -19,6 +19,7 @@ from behest.runs.worker_hub import WorkerHub
 from behest.runs.worker_tools import with_workers
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
+from behest.tools.server_tools import ServerTools
 
 
 class LoopBuilder:
@@ -29,7 +30,7 @@ class LoopBuilder:
         *,
         store: Store,
         providers: ProviderRegistry,
-        tools: ToolRegistry,
+        tools: ServerTools,
         limits: LoopLimits,
         compaction_settings: CompactionSettings,
         spend_limits: Callable[[str], TenantSpend] | None = None,
@@ -68,10 +69,13 @@ class LoopBuilder:
         )
 
     async def _tools_of(self, run: Run) -> ToolRegistry:
-        """The server's tools, and those the run's tenant's live workers serve now."""
+        """The server's tools as they are now (the MCP servers whose tools it may use
+        waited for while they start or restart: tools/server_tools.py), and those the run's
+        tenant's live workers serve now."""
+        tools = await self._tools.for_run(run.tools)
         if self._workers is None:
-            return self._tools
-        return with_workers(self._tools, await self._workers.workers(run.tenant))
+            return tools
+        return with_workers(tools, await self._workers.workers(run.tenant))
 
     async def _compactor(self, run: Run, run_log: RunLog) -> Compactor:
         config = await self._compaction_settings.get(run.tenant)

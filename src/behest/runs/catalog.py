@@ -1,7 +1,8 @@
 """What this server offers runs, as ListTools and ListProviders show it.
 
 Tools: every tool of the registry, with the flags the loop acts on, plus the built-in
-`spawn_agent` (runs/sub_runs.py), which the loop offers itself to runs that allow sub-agents.
+`spawn_agent` (runs/sub_runs.py), which the loop offers itself to runs that allow sub-agents;
+and the tools known but unavailable now (an MCP server that is down), with why.
 Providers: every configured one, with the models it knows of; never an API key.
 """
 
@@ -13,36 +14,43 @@ from behest.providers.config import ProviderConfig
 from behest.providers.local import KNOWN_MODELS as LOCAL_MODELS
 from behest.providers.registry import ProviderRegistry
 from behest.runs import sub_runs
+from behest.tools.base import Tool
 from behest.tools.registry import BUILTIN, WORKER, ToolRegistry
 
 SPAWN_NOTE = " Offered only to runs created with allow_sub_agents (and below the depth limit)."
 
 
 def tools(registry: ToolRegistry) -> list[ToolInfo]:
-    """Every tool runs may use, by name; a tool needs an approval when its own definition or
-    the settings' approval_required_tools say so."""
+    """Every tool runs may use, by name, and those unavailable now with why; a tool needs
+    an approval when its own definition or the settings' approval_required_tools say so."""
     listed = []
     for name in registry.names():
         tool = registry.get(name)
         assert tool is not None
-        listed.append(
-            ToolInfo(
-                name=name,
-                description=tool.description,
-                parameters_schema=tool.parameters_schema,
-                source=registry.source(name),
-                read_only=tool.read_only,
-                concurrency_safe=tool.concurrency_safe,
-                idempotent=tool.idempotent,
-                requires_approval=registry.requires_approval(name),
-                timeout_s=tool.timeout_s,
-                workers=getattr(tool, "workers", 0) if registry.source(name) == WORKER else 0,
-                unsupported=registry.unsupported(name),
-            )
-        )
+        listed.append(_info(registry, tool))
+    for tool, why in registry.unavailable().values():
+        listed.append(_info(registry, tool, why))
     if registry.get(sub_runs.SPAWN_TOOL) is None:
         listed.append(spawn_agent())
     return sorted(listed, key=lambda t: t.name)
+
+
+def _info(registry: ToolRegistry, tool: Tool, unavailable: str = "") -> ToolInfo:
+    name = tool.name
+    return ToolInfo(
+        name=name,
+        description=tool.description,
+        parameters_schema=tool.parameters_schema,
+        source=registry.source(name),
+        read_only=tool.read_only,
+        concurrency_safe=tool.concurrency_safe,
+        idempotent=tool.idempotent,
+        requires_approval=registry.requires_approval(name),
+        timeout_s=tool.timeout_s,
+        workers=getattr(tool, "workers", 0) if registry.source(name) == WORKER else 0,
+        unsupported=registry.unsupported(name),
+        unavailable_reason=unavailable,
+    )
 
 
 def spawn_agent() -> ToolInfo:

@@ -49,7 +49,7 @@ from behest.runs.tickets import StreamTickets
 from behest.runs.tool_operations import ToolOperations
 from behest.runs.worker_hub import WorkerHub
 from behest.store.base import Store
-from behest.tools.registry import ToolRegistry
+from behest.tools.server_tools import ServerTools, ToolNames
 
 # How many runs' tenants are remembered (a few MB at most).
 REMEMBERED_RUNS = 100_000
@@ -69,7 +69,7 @@ class Operations(ToolOperations, SessionOperations):
         event_log: EventLog,
         executor: Executor,
         providers: ProviderRegistry,
-        tools: ToolRegistry,
+        tools: ServerTools,
         compaction_settings: CompactionSettings,
         cooldown_s: float,
         approver_role: str = "",
@@ -101,10 +101,10 @@ class Operations(ToolOperations, SessionOperations):
         """Raise InvalidArgument unless the provider is configured and offers the model."""
         self._providers.check(provider, model)
 
-    def tool_names(self, tenant: str = "") -> list[str]:
+    def tool_names(self, tenant: str = "") -> ToolNames:
         """The tools a run of `tenant` may name (its workers' as last looked up)."""
         served = self._workers.known_tools(tenant) if self._workers is not None else []
-        return sorted({*self._tools.names(), *served})
+        return self._tools.names().with_names(served)
 
     def server_tool_names(self) -> set[str]:
         """The server's own tools, spawn_agent included: no worker's may be named so."""

@@ -16,7 +16,7 @@ starting another: the tool is idempotent. Cancelling the parent cancels its chil
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -88,6 +88,11 @@ class SubRuns:
         self._tool_names = tool_names
         self.spawner: Spawner | None = None  # the executor, once it exists (app.py)
 
+    def _unknown(self, tools: Sequence[str]) -> list[str]:
+        """The named tools that runs may not name, sorted (`in`: tools/server_tools.py)."""
+        known = self._tool_names()
+        return sorted({name for name in tools if name not in known})
+
     def offered_to(self, run: Run) -> bool:
         return run.allow_sub_agents and self.may_start(run)
 
@@ -153,7 +158,7 @@ class SubRuns:
         model = arguments.get("model") or parent.model
         self._check_model(parent.provider, model)
         tools = tuple(arguments.get("tools", parent.tools))
-        unknown = sorted(set(tools) - set(self._tool_names()))
+        unknown = self._unknown(tools)
         if unknown:
             raise InvalidArgument(f"unknown tool {unknown[0]!r}")
         return RunRequest(
@@ -177,7 +182,7 @@ class SubRuns:
         parent's pins, the tighter of the parent's budget left and the definition's."""
         definition = agent.definition
         self._check_model(definition.provider, definition.model)
-        unknown = sorted(set(definition.tools) - set(self._tool_names()))
+        unknown = self._unknown(definition.tools)
         if unknown:
             raise InvalidArgument(f"unknown tool {unknown[0]!r}")
         pins = parent.agent.pins if parent.agent is not None else ()

@@ -20,6 +20,7 @@ from behest.runs.worker_session import WorkerSession
 from behest.runs.worker_tools import with_workers
 from behest.store.base import Store
 from behest.tools.registry import ToolRegistry
+from behest.tools.server_tools import ServerTools
 
 
 class ToolOperations:
@@ -27,7 +28,7 @@ class ToolOperations:
 
     _store: Store
     _executor: Executor
-    _tools: ToolRegistry
+    _tools: ServerTools
     _workers: WorkerHub | None
     _worker_role: str
     _reconciler_role: str
@@ -71,9 +72,12 @@ class ToolOperations:
         return catalog.tools(await self._tools_of(caller.tenant))
 
     async def _tools_of(self, tenant: str) -> ToolRegistry:
+        """The server's tools now (MCP servers' as they are: tools/server_tools.py) and the
+        tenant's workers'."""
+        tools = self._tools.now()
         if self._workers is None:
-            return self._tools
-        return with_workers(self._tools, await self._workers.workers(tenant))
+            return tools
+        return with_workers(tools, await self._workers.workers(tenant))
 
     async def connect_worker(self, caller: Caller, hello: WorkerHello) -> WorkerSession:
         """A worker's connection, registered (the worker role, when one is configured)."""

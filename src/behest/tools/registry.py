@@ -34,7 +34,10 @@ class ToolRegistry:
     """Tools by name; `execute` turns every failure into an error result the model sees.
 
     Each tool is registered with where it came from (`source`): the tools given to the
-    constructor are the built-in ones; `add` takes "plugin" (the default) or "mcp".
+    constructor are the built-in ones; `add` takes "plugin" (the default) or "mcp". A view
+    may also know tools that are unavailable now, each with why (`with_unavailable`: the
+    tools of an MCP server that is down): they are not among `names()` nor found by `get`,
+    and a call of one is an error result that says why.
     """
 
     def __init__(
@@ -56,6 +59,8 @@ class ToolRegistry:
         self._schema_keys: dict[str, str] = {}
         # How each tool takes its call's context (tools/context.py), found once.
         self._passing: dict[str, Passing] = {}
+        # Known tools that are unavailable now: name → (tool, why).
+        self._down: dict[str, tuple[Tool, str]] = {}
         for tool in tools:
             self.add(tool, source=source)
 
@@ -75,13 +80,32 @@ class ToolRegistry:
     def with_tools(self, tools: Iterable[Tool], *, source: str) -> ToolRegistry:
         """This registry's tools and `tools` (from `source`) beside them, as a new registry:
         a run's view with its tenant's worker tools. A name this one has is left out."""
+        view = self._copy()
+        for tool in tools:
+            if tool.name not in self._tools and tool.name not in self._down:
+                view.add(tool, source=source)
+        return view
+
+    def with_unavailable(self, tools: Iterable[tuple[Tool, str]], *, source: str) -> ToolRegistry:
+        """This registry with `tools` (from `source`) known but unavailable, each with why, as
+        a new registry. A name this one has is left out."""
+        view = self._copy()
+        for tool, why in tools:
+            if tool.name not in self._tools and tool.name not in self._down:
+                view._down[tool.name] = (tool, why)
+                view._sources[tool.name] = source
+        return view
+
+    def _copy(self) -> ToolRegistry:
         view = copy.copy(self)
         view._tools, view._sources = dict(self._tools), dict(self._sources)
         view._schema_keys, view._passing = dict(self._schema_keys), dict(self._passing)
-        for tool in tools:
-            if tool.name not in self._tools:
-                view.add(tool, source=source)
+        view._down = dict(self._down)
         return view
+
+    def unavailable(self) -> dict[str, tuple[Tool, str]]:
+        """The tools known but unavailable now, by name: each tool and why."""
+        return dict(self._down)
 
     def arguments_of(self, call: ToolCall) -> tuple[dict[str, Any], str]:
         """A registered tool's call arguments, checked against its schema; or why not."""
@@ -100,7 +124,8 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def source(self, name: str) -> str:
-        """Where the tool came from: "builtin", "plugin" or "mcp" ("" if unknown)."""
+        """Where the tool came from: "builtin", "plugin" or "mcp" ("" if unknown); an
+        unavailable tool's too."""
         return self._sources.get(name, "")
 
     def definitions(self, names: Iterable[str] | None = None) -> list[ToolDefinition]:
@@ -118,6 +143,9 @@ class ToolRegistry:
         it, and is `current_tool_context()` while the tool runs; None gives no context."""
         tool = self._tools.get(call.name)
         if tool is None:
+            if call.name in self._down:
+                why = self._down[call.name][1]
+                return ToolResult(f"tool {call.name!r} is unavailable: {why}", is_error=True)
             known = ", ".join(self.names()) or "none"
             return ToolResult(f"tool {call.name!r} not found (available: {known})", is_error=True)
         arguments, problem = self._arguments(call)
@@ -175,7 +203,8 @@ class ToolRegistry:
         say so (a run may ask for more: runs/waiting.py)."""
         if name in self._approval_required:
             return True
-        return bool(getattr(self._tools.get(name), "requires_approval", False))
+        tool = self._tools.get(name) or self._down.get(name, (None, ""))[0]
+        return bool(getattr(tool, "requires_approval", False))
 
 
 def _key(schema: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from behest._proto.agent.v1 import common_pb2 as agent_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gent/v1/catalog.proto\x12\x08\x61gent.v1\x1a\x15\x61gent/v1/common.proto\"\xd1\x01\n\x08ToolInfo\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.agent.v1.ToolSpec\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x18\n\x10\x63oncurrency_safe\x18\x04 \x01(\x08\x12\x12\n\nidempotent\x18\x05 \x01(\x08\x12\x19\n\x11requires_approval\x18\x06 \x01(\x08\x12\x11\n\ttimeout_s\x18\x07 \x01(\x01\x12\x0f\n\x07workers\x18\x08 \x01(\r\x12\x13\n\x0bunsupported\x18\t \x01(\t\"\x12\n\x10ListToolsRequest\"6\n\x11ListToolsResponse\x12!\n\x05tools\x18\x01 \x03(\x0b\x32\x12.agent.v1.ToolInfo\"\xea\x01\n\tModelInfo\x12!\n\x04name\x18\x01 \x01(\x0b\x32\x13.agent.v1.ModelName\x12\x16\n\x0e\x63ontext_window\x18\x02 \x01(\x04\x12\x19\n\x11max_output_tokens\x18\x03 \x01(\x04\x12\x13\n\x0binput_price\x18\x04 \x01(\t\x12\x14\n\x0coutput_price\x18\x05 \x01(\t\x12\x1a\n\x12\x63\x61\x63hed_input_price\x18\x06 \x01(\t\x12\x19\n\x11\x63\x61\x63he_write_price\x18\x07 \x01(\t\x12\x10\n\x08\x63urrency\x18\x08 \x01(\t\x12\x13\n\x0binput_media\x18\t \x03(\t\"\x8c\x01\n\x0cProviderInfo\x12 \n\x02id\x18\x01 \x01(\x0b\x32\x14.agent.v1.ProviderId\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12\x15\n\rdefault_model\x18\x04 \x01(\t\x12#\n\x06models\x18\x05 \x03(\x0b\x32\x13.agent.v1.ModelInfo\"\x16\n\x14ListProvidersRequest\"B\n\x15ListProvidersResponse\x12)\n\tproviders\x18\x01 \x03(\x0b\x32\x16.agent.v1.ProviderInfo2S\n\x0bToolService\x12\x44\n\tListTools\x12\x1a.agent.v1.ListToolsRequest\x1a\x1b.agent.v1.ListToolsResponse2c\n\x0fProviderService\x12P\n\rListProviders\x12\x1e.agent.v1.ListProvidersRequest\x1a\x1f.agent.v1.ListProvidersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gent/v1/catalog.proto\x12\x08\x61gent.v1\x1a\x15\x61gent/v1/common.proto\"\xed\x01\n\x08ToolInfo\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.agent.v1.ToolSpec\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x18\n\x10\x63oncurrency_safe\x18\x04 \x01(\x08\x12\x12\n\nidempotent\x18\x05 \x01(\x08\x12\x19\n\x11requires_approval\x18\x06 \x01(\x08\x12\x11\n\ttimeout_s\x18\x07 \x01(\x01\x12\x0f\n\x07workers\x18\x08 \x01(\r\x12\x13\n\x0bunsupported\x18\t \x01(\t\x12\x1a\n\x12unavailable_reason\x18\n \x01(\t\"\x12\n\x10ListToolsRequest\"6\n\x11ListToolsResponse\x12!\n\x05tools\x18\x01 \x03(\x0b\x32\x12.agent.v1.ToolInfo\"\xea\x01\n\tModelInfo\x12!\n\x04name\x18\x01 \x01(\x0b\x32\x13.agent.v1.ModelName\x12\x16\n\x0e\x63ontext_window\x18\x02 \x01(\x04\x12\x19\n\x11max_output_tokens\x18\x03 \x01(\x04\x12\x13\n\x0binput_price\x18\x04 \x01(\t\x12\x14\n\x0coutput_price\x18\x05 \x01(\t\x12\x1a\n\x12\x63\x61\x63hed_input_price\x18\x06 \x01(\t\x12\x19\n\x11\x63\x61\x63he_write_price\x18\x07 \x01(\t\x12\x10\n\x08\x63urrency\x18\x08 \x01(\t\x12\x13\n\x0binput_media\x18\t \x03(\t\"\x8c\x01\n\x0cProviderInfo\x12 \n\x02id\x18\x01 \x01(\x0b\x32\x14.agent.v1.ProviderId\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12\x15\n\rdefault_model\x18\x04 \x01(\t\x12#\n\x06models\x18\x05 \x03(\x0b\x32\x13.agent.v1.ModelInfo\"\x16\n\x14ListProvidersRequest\"B\n\x15ListProvidersResponse\x12)\n\tproviders\x18\x01 \x03(\x0b\x32\x16.agent.v1.ProviderInfo2S\n\x0bToolService\x12\x44\n\tListTools\x12\x1a.agent.v1.ListToolsRequest\x1a\x1b.agent.v1.ListToolsResponse2c\n\x0fProviderService\x12P\n\rListProviders\x12\x1e.agent.v1.ListProvidersRequest\x1a\x1f.agent.v1.ListProvidersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,21 +33,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agent.v1.catalog_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOOLINFO']._serialized_start=60
-  _globals['_TOOLINFO']._serialized_end=269
-  _globals['_LISTTOOLSREQUEST']._serialized_start=271
-  _globals['_LISTTOOLSREQUEST']._serialized_end=289
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=291
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=345
-  _globals['_MODELINFO']._serialized_start=348
-  _globals['_MODELINFO']._serialized_end=582
-  _globals['_PROVIDERINFO']._serialized_start=585
-  _globals['_PROVIDERINFO']._serialized_end=725
-  _globals['_LISTPROVIDERSREQUEST']._serialized_start=727
-  _globals['_LISTPROVIDERSREQUEST']._serialized_end=749
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=751
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=817
-  _globals['_TOOLSERVICE']._serialized_start=819
-  _globals['_TOOLSERVICE']._serialized_end=902
-  _globals['_PROVIDERSERVICE']._serialized_start=904
-  _globals['_PROVIDERSERVICE']._serialized_end=1003
+  _globals['_TOOLINFO']._serialized_end=297
+  _globals['_LISTTOOLSREQUEST']._serialized_start=299
+  _globals['_LISTTOOLSREQUEST']._serialized_end=317
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=319
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=373
+  _globals['_MODELINFO']._serialized_start=376
+  _globals['_MODELINFO']._serialized_end=610
+  _globals['_PROVIDERINFO']._serialized_start=613
+  _globals['_PROVIDERINFO']._serialized_end=753
+  _globals['_LISTPROVIDERSREQUEST']._serialized_start=755
+  _globals['_LISTPROVIDERSREQUEST']._serialized_end=777
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=779
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=845
+  _globals['_TOOLSERVICE']._serialized_start=847
+  _globals['_TOOLSERVICE']._serialized_end=930
+  _globals['_PROVIDERSERVICE']._serialized_start=932
+  _globals['_PROVIDERSERVICE']._serialized_end=1031
 # @@protoc_insertion_point(module_scope)

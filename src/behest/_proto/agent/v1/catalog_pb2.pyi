@@ -34,6 +34,7 @@ class ToolInfo(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
     UNSUPPORTED_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_REASON_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """"builtin", "plugin", "mcp" or (added in behest 0.9) "worker"."""
     read_only: _builtins.bool
@@ -49,6 +50,13 @@ class ToolInfo(_message.Message):
     execution (`execution.taskSupport: "required"`), which behest does not run; empty when
     it offers it.
     """
+    unavailable_reason: _builtins.str
+    """Added in behest 0.11: why the tool is unavailable now; empty when it is available. An MCP
+    server's tools while it is down (restarting or failed), e.g. "MCP server 'memory' is
+    restarting (the server closed the connection ...)": runs are not offered them, and a call
+    of one is an error result saying so. The tools of an MCP server that has not connected
+    since the server started are not known, so not listed.
+    """
     @_builtins.property
     def spec(self) -> _common_pb2.ToolSpec: ...
     def __init__(
@@ -63,10 +71,11 @@ class ToolInfo(_message.Message):
         timeout_s: _builtins.float = ...,
         workers: _builtins.int = ...,
         unsupported: _builtins.str = ...,
+        unavailable_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "idempotent", b"idempotent", "read_only", b"read_only", "requires_approval", b"requires_approval", "source", b"source", "spec", b"spec", "timeout_s", b"timeout_s", "unsupported", b"unsupported", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_safe", b"concurrency_safe", "idempotent", b"idempotent", "read_only", b"read_only", "requires_approval", b"requires_approval", "source", b"source", "spec", b"spec", "timeout_s", b"timeout_s", "unavailable_reason", b"unavailable_reason", "unsupported", b"unsupported", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
