@@ -1,8 +1,8 @@
 """The MCP reference server `@modelcontextprotocol/server-everything` from npm (tests/mcp_node,
 installed by `make test`, run by path with node): its long-running operation's progress is in
 the run's log, its sampling tool is answered by the run's `script` model with the tokens
-counted, its log messages are in behest's log, and its task-required tool is listed as not
-offered and never offered."""
+counted, its log messages are in behest's log, its task-required tool is listed as not offered
+and never offered, and its question (elicitation on the back-channel) is put to the user."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from behest._proto.agent.v1 import catalog_pb2 as cat
@@ -160,3 +161,37 @@ async def test_its_log_messages_go_to_behests_log_tagged_with_it(
     assert logged.levelno == LEVELS[level]  # its own level, mapped (all asked for: debug)
     text = logged.getMessage().removeprefix("MCP server 'everything': ").lower()
     assert text.startswith(level) and "message" in text
+
+
+async def test_its_question_on_the_back_channel_is_put_to_the_user_and_answered(
+    served: Server,
+) -> None:
+    """Elicitation as servers of the 2025 protocol ask: an `elicitation/create` request
+    during the call (tests/e2e/test_elicitation.py covers the 2026 input-required way)."""
+    request = create_request(calling("everything__trigger-elicitation-request", {}), model="script")
+    stream = served.runs.CreateRunStream(request)
+    async for event in stream:
+        if kind(event) == "elicitation_requested":
+            break
+    asked = event.elicitation_requested
+    assert asked.message == "Please provide inputs for the following fields:"
+    assert json.loads(asked.requested_schema)["required"] == ["name"]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:  # its schema requires a name
+        await served.runs.SubmitElicitationAnswers(answer(event.run_id, asked, {"check": True}))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    await served.runs.SubmitElicitationAnswers(answer(event.run_id, asked, {"name": "Ada"}))
+    rest = await collect(stream)
+    assert kind(rest[-1]) == "run_completed"
+    assert "User provided the requested information" in said(rest)
+    assert "- Name: Ada" in said(rest)
+
+
+def answer(
+    run_id: str, asked: pb.ElicitationRequestedEvent, content: dict[str, Any]
+) -> pb.SubmitElicitationAnswersRequest:
+    item = pb.ElicitationAnswer(
+        elicitation_id=asked.elicitation_id,
+        action=pb.ELICITATION_ACTION_ACCEPT,
+        content=json.dumps(content),
+    )
+    return pb.SubmitElicitationAnswersRequest(run_id=run_id, answers=[item])
