@@ -12,9 +12,10 @@ to import: no SDK here).
 - failed: the latest attempt to connect failed (a command that cannot run, a refused
   connection, no answer within mcp_start_timeout_s). behest tries again after the backoff,
   forever: backoff.py's full jitter, its ceiling doubling per failed attempt from
-  RESTART_FIRST_S up to the cap (mcp_restart_max_s), so a server that keeps failing costs
-  one attempt per cap at most (half of it on average). A connection that lasted STABLE_S
-  starts the count again.
+  RESTART_FIRST_S up to the cap (mcp_restart_max_s): each wait is drawn between 0 and the
+  ceiling, so a server that keeps failing is tried about twice per cap on average (a wait
+  may be short; it is never longer than the cap). A connection that lasted STABLE_S starts
+  the count again.
 
 A tool call of a starting or restarting server waits for it (half the call's timeout at most);
 of a failed one it fails at once, saying why. Listeners hear every change (health, metrics).
