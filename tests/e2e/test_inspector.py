@@ -152,16 +152,18 @@ async def test_a_running_run_is_followed_live_across_a_reconnect(
         inspector(tmp_path, coalesce_text_deltas=False, **database) as web,
         chromium() as browser,
     ):
-        request = create_request(script({"deltas": 60, "delay_ms": 40}), model="script")
+        request = create_request(script({"deltas": 100, "delay_ms": 40}), model="script")
         created = await web.server.runs.CreateRun(request, metadata=bearer(ALICE))
         page = await signed_in(browser, web.base, ALICE)
         await page.goto(f"{web.base}/runs/{created.run_id}")
         timeline = page.locator("#timeline")
         await expect(page.locator("#timeline pre.delta")).to_contain_text("w8 ")
+        assert web.server.app.web is not None
+        # The server drops the stream mid-run: at once, while most of the run is still to come
+        # (a screenshot first could outlast the run on a slow machine).
+        web.server.app.web.live.close_all()
         suffix = "-postgresql" if database else ""
         await screenshot(page, f"run-live{suffix}")
-        assert web.server.app.web is not None
-        web.server.app.web.live.close_all()  # the server drops the stream mid-run
         await expect(timeline).to_have_attribute("data-ended", "1", timeout=20_000)
         await expect(timeline).to_have_attribute("data-reconnects", "1")
         await expect(page.locator("#run-status")).to_have_text("COMPLETED")
@@ -171,7 +173,7 @@ async def test_a_running_run_is_followed_live_across_a_reconnect(
         last = listed.events[-1].sequence
         assert gapless(await ranges(page), 1, last), await ranges(page)
         text = await page.locator("#timeline pre.delta").inner_text()
-        assert text == "".join(f"w{i} " for i in range(1, 61))
+        assert text == "".join(f"w{i} " for i in range(1, 101))
         await screenshot(page, f"run-live-ended{suffix}")
 
 

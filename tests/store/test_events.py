@@ -127,6 +127,9 @@ EVERY_KIND: list[ev.Payload] = [
     ev.ToolExecutionFinished(
         call_id="call_9", tool_name="slow", duration_ms=12, is_error=True, cancelled=True
     ),
+    ev.ToolProgress(
+        call_id="call_9", tool_name="slow", progress=3.0, total=8.0, message="page 3 ✓"
+    ),
     ev.RunStarted(
         session_id=new_id(),
         provider="local",
