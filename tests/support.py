@@ -236,6 +236,30 @@ async def behest(*args: str, env: dict[str, str] | None = None, timeout_s: float
     return Cli(process.returncode, out.decode(), err.decode())
 
 
+ECHO_MCP_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
+
+
+def echo_mcp(**more: object) -> dict[str, object]:
+    """The `mcp` setting of the echo MCP server over stdio (`more`: its table's fields)."""
+    server = {"command": sys.executable, "args": [str(ECHO_MCP_SERVER)], **more}
+    return {"servers": {"echo": server}}
+
+
+@asynccontextmanager
+async def served_with_echo_mcp(
+    tmp_path: Path, database_url: str, **more: object
+) -> AsyncIterator[Server]:
+    """A server with the echo MCP server, on SQLite ("") or the given PostgreSQL database."""
+    overrides: dict[str, object] = {"mcp": echo_mcp(**more)}
+    if database_url:
+        overrides["database_url"] = database_url
+    running = await start_server(fast_settings(tmp_path, **overrides))
+    try:
+        yield running
+    finally:
+        await stop_server(running)
+
+
 @asynccontextmanager
 async def mcp_http_server(script: Path) -> AsyncIterator[str]:
     """An MCP test server (tests/mcp_servers) over streamable HTTP on 127.0.0.1, on a port

@@ -34,7 +34,7 @@ from behest.runs.builder import LoopBuilder
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.executor import Executor
 from behest.runs.leases import this_process
-from behest.runs.loop import LoopLimits
+from behest.runs.loop_limits import LoopLimits
 from behest.runs.operations import Operations
 from behest.runs.retention import Retention
 from behest.runs.sub_runs import SubRunLimits, SubRuns
@@ -69,17 +69,7 @@ class App:
             busy_timeout_s=settings.sqlite_busy_timeout_s,
         )
         self.database_lock = sqlite_lock(url)
-        self.tools = tools_from(settings)
-        self.mcp = mcp_tool_source(
-            settings.mcp_servers,
-            start_timeout_s=settings.mcp_start_timeout_s,
-            restart_max_s=settings.mcp_restart_max_s,
-        )
-        # What runs and ListTools see: the registry and the MCP servers' tools as they are.
-        self.server_tools = ServerTools(self.tools, self.mcp)
-        self.telemetry.metrics.watch_mcp_servers(
-            lambda: [(s.name, s.state) for s in self.mcp.servers()], MCP_STATES
-        )
+        self.server_tools = self._server_tools(settings)
         self.event_log = EventLog(
             self.store,
             batch_max=settings.commit_batch_max,
@@ -120,6 +110,20 @@ class App:
         )
         self._started = False
         self._stopped = False
+
+    def _server_tools(self, settings: Settings) -> ServerTools:
+        """What runs and ListTools see: the server's registry and its MCP servers' tools as
+        they are (their states watched by the metrics)."""
+        self.tools = tools_from(settings)
+        self.mcp = mcp_tool_source(
+            settings.mcp_servers,
+            start_timeout_s=settings.mcp_start_timeout_s,
+            restart_max_s=settings.mcp_restart_max_s,
+        )
+        self.telemetry.metrics.watch_mcp_servers(
+            lambda: [(s.name, s.state) for s in self.mcp.servers()], MCP_STATES
+        )
+        return ServerTools(self.tools, self.mcp)
 
     def _channel(self, url: str) -> Channel | None:
         """Replicas on PostgreSQL hear of each other's commits and cancels (LISTEN/NOTIFY)."""

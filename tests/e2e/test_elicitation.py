@@ -21,19 +21,21 @@ from behest._proto.agent.v1 import execution_pb2_grpc as x_rpc
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest._proto.agent.v1 import run_pb2_grpc as rpc
 from tests.support import (
+    ECHO_MCP_SERVER,
     Server,
     collect,
     create_request,
+    echo_mcp,
     fast_settings,
     kind,
     script,
+    served_with_echo_mcp,
     server_process,
     start_server,
     start_server_with_plugins,
     stop_server,
 )
 
-ECHO_SERVER = Path(__file__).parents[1] / "mcp_servers" / "echo_server.py"
 BOOK = script(
     {"tool_calls": [{"name": "echo__book", "arguments": {"city": "Lisbon"}}]},
     {"say": "tool_results"},
@@ -41,21 +43,14 @@ BOOK = script(
 
 
 def echo_servers(timeout_s: float = 60) -> dict[str, object]:
-    server = {"command": sys.executable, "args": [str(ECHO_SERVER)], "timeout_s": timeout_s}
-    return {"servers": {"echo": server}}
+    return echo_mcp(timeout_s=timeout_s)
 
 
 @pytest.fixture
 async def asking(database_url: str, tmp_path: Path) -> AsyncIterator[Server]:
     """A server with the echo MCP server (whose `book` tool asks), on both stores."""
-    overrides: dict[str, object] = {"mcp": echo_servers()}
-    if database_url:
-        overrides["database_url"] = database_url
-    running = await start_server(fast_settings(tmp_path, **overrides))
-    try:
+    async with served_with_echo_mcp(tmp_path, database_url, timeout_s=60) as running:
         yield running
-    finally:
-        await stop_server(running)
 
 
 async def until(stream: AsyncIterator[pb.AgentEvent], wanted: str) -> pb.AgentEvent:
@@ -178,7 +173,7 @@ def settings_file(tmp_path: Path, database_url: str) -> Path:
     url = f'database_url = "{database_url}"\n' if database_url else ""
     path.write_text(
         url
-        + f'[mcp.servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n'
+        + f'[mcp.servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_MCP_SERVER}"]\n'
         + "timeout_s = 120\n"
     )
     return path

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,33 +21,26 @@ from tests.support import (
     Server,
     collect,
     create_request,
+    echo_mcp,
     fast_settings,
     kind,
     script,
+    served_with_echo_mcp,
     start_server,
     start_server_with_plugins,
     stop_server,
 )
 
-ECHO_SERVER = Path(__file__).parents[1] / "mcp_servers" / "echo_server.py"
-
 
 def echo(**more: object) -> dict[str, object]:
-    server = {"command": sys.executable, "args": [str(ECHO_SERVER)], "timeout_s": 30, **more}
-    return {"servers": {"echo": server}}
+    return echo_mcp(timeout_s=30, **more)
 
 
 @pytest.fixture
 async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Server]:
     """A server with the echo MCP server, on both stores."""
-    overrides: dict[str, object] = {"mcp": echo()}
-    if database_url:
-        overrides["database_url"] = database_url
-    running = await start_server(fast_settings(tmp_path, **overrides))
-    try:
+    async with served_with_echo_mcp(tmp_path, database_url, timeout_s=30) as running:
         yield running
-    finally:
-        await stop_server(running)
 
 
 def calling(name: str, arguments: dict[str, Any], **first: Any) -> str:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from behest._proto.agent.v1 import run_pb2 as pb
 from behest.runs.tickets import digest_of
-from behest.store.sql import tables as t
+from behest.store.sql.ticket_tables import stream_tickets
 from tests.sse_support import (
     ALLOWED_ORIGIN,
     TIMEOUT,
@@ -128,7 +128,7 @@ async def test_a_stream_ticket_opens_its_run_only_and_only_until_it_expires(web:
 
 async def expire(web: Web, ticket: str) -> None:
     """Make the ticket's stored expiry a second ago, behind the server's back."""
-    tickets = t.stream_tickets
+    tickets = stream_tickets
     expired = sa.update(tickets).where(tickets.c.digest == digest_of(ticket))
     async with engine_on(web.server.app.settings.effective_database_url) as engine:
         async with engine.begin() as conn:

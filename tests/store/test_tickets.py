@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from behest.domain.callers import Caller
 from behest.errors import Unauthenticated
 from behest.runs.tickets import StreamTickets, digest_of
-from behest.store.sql import tables as t
 from behest.store.sql.store import SqlStore
+from behest.store.sql.ticket_tables import stream_tickets
 from tests.store.conftest import OpenStore
 from tests.store.helpers import TENANT, at, create, new_id
 
@@ -32,7 +32,7 @@ class Clock:
 
 async def stored_rows(store: SqlStore) -> list[dict[str, object]]:
     async with store.engines.reader.connect() as conn:
-        return [dict(row._mapping) for row in await conn.execute(sa.select(t.stream_tickets))]
+        return [dict(row._mapping) for row in await conn.execute(sa.select(stream_tickets))]
 
 
 async def test_a_ticket_stands_for_its_minter_on_every_store_of_the_database(

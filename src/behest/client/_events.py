@@ -20,12 +20,15 @@ from behest.client._enums import (
     BudgetKind,
     BusyPolicy,
     CancelSource,
-    Decision,
     FailureCode,
     FinishReason,
     RunStatus,
 )
 from behest.client._tool_events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ClientToolAnswered,
+    ClientToolRequested,
     ElicitationAnswered,
     ElicitationRequested,
     Handoff,
@@ -212,44 +215,6 @@ class CompactionFinished:
     pruned_only: bool = False
     succeeded: bool = False
     error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRequested:
-    """A tool call waits for an approval."""
-
-    call: ToolCall = field(default_factory=lambda: ToolCall("", ""))
-    expires_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalResolved:
-    """An approval request was decided (or timed out)."""
-
-    call_id: str = ""
-    tool_name: str = ""
-    decision: Decision = Decision.UNSPECIFIED
-    decided_by: str = ""
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ClientToolRequested:
-    """A client tool call waits for the caller's result."""
-
-    call: ToolCall = field(default_factory=lambda: ToolCall("", ""))
-    expires_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClientToolAnswered:
-    """A client tool call got its result (or timed out)."""
-
-    call_id: str = ""
-    tool_name: str = ""
-    is_error: bool = False
-    answered_by: str = ""
-    timed_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,55 @@
-"""The events of tool calls beyond their start and end, as the client reads them: an outcome
-unknown, its reconciliation, a retry, a handoff, a question to the user and its answer, a
-tool's progress (one type per AgentEvent kind, like client/_events.py's)."""
+"""The events of tool calls beyond their start and end, as the client reads them: an approval
+and a client tool's call waited for and answered, an outcome unknown, its reconciliation, a
+retry, a handoff, a question to the user and its answer, a tool's progress (one type per
+AgentEvent kind, like client/_events.py's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from behest.client._enums import ElicitAction, Verdict
+from behest.client._enums import Decision, ElicitAction, Verdict
 from behest.client._records import json_object
+from behest.client._types import ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A tool call waits for an approval."""
+
+    call: ToolCall = field(default_factory=lambda: ToolCall("", ""))
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResolved:
+    """An approval request was decided (or timed out)."""
+
+    call_id: str = ""
+    tool_name: str = ""
+    decision: Decision = Decision.UNSPECIFIED
+    decided_by: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientToolRequested:
+    """A client tool call waits for the caller's result."""
+
+    call: ToolCall = field(default_factory=lambda: ToolCall("", ""))
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientToolAnswered:
+    """A client tool call got its result (or timed out)."""
+
+    call_id: str = ""
+    tool_name: str = ""
+    is_error: bool = False
+    answered_by: str = ""
+    timed_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)

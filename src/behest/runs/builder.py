@@ -12,7 +12,8 @@ from behest.providers.registry import ProviderRegistry
 from behest.runs.agent_tools import agent_tools
 from behest.runs.compaction_settings import CompactionSettings
 from behest.runs.compactor import Compactor
-from behest.runs.loop import AgentLoop, LoopLimits
+from behest.runs.loop import AgentLoop
+from behest.runs.loop_limits import LoopLimits
 from behest.runs.sub_runs import SubRuns
 from behest.runs.summariser import Summariser
 from behest.runs.worker_hub import WorkerHub

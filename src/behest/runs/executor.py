@@ -27,7 +27,6 @@ from behest.errors import (
     Unavailable,
 )
 from behest.events.log import EventLog
-from behest.events.notify import answers_key
 from behest.events.run_log import RunLog
 from behest.observability.telemetry import Telemetry, bind, current
 from behest.runs.builder import LoopBuilder
@@ -43,6 +42,7 @@ from behest.runs.run_spans import resume_span, run_span
 from behest.runs.start import initial_snapshot
 from behest.runs.turns import QueuedTurns
 from behest.runs.waiting import Waiting
+from behest.runs.wakes import Wakes
 from behest.store.base import NodeRecord, Renewal, Store
 from behest.store.writes import AppendMessage, NewRun
 
@@ -97,6 +97,15 @@ class Executor:
         self._ender = RunEnder(store, event_log)
         self._chores = Chores(lambda: self._accepting)
         self._turns = QueuedTurns(store, self._take_up)
+        self._wakes = Wakes(
+            store=store,
+            runs=self._runs,
+            chores=self._chores,
+            notifier=event_log.notifier,
+            take_up=lambda run, force: self._take_up(run, force=force),
+            sole_writer=sole_writer,
+            accepting=lambda: self._accepting,
+        )
         self._cancelling = Cancelling(
             store=store,
             runs=self._runs,
@@ -232,35 +241,8 @@ class Executor:
     # --- runs that wait ---------------------------------------------------------------------
 
     async def wake(self, run_id: str) -> None:
-        """Take up a waiting run whose answers came (or whose calls expired), if no node has.
-
-        The run goes on in a task of this process; the loop finds it still waiting if it is
-        not ready after all (and lets it go again).
-        """
-        if not self._accepting:
-            return
-        held = self._runs.get(run_id)
-        if held is not None:
-            held.rewake = True  # still pausing here: taken up again once it has left
-            self._log.notifier.notify(answers_key(run_id))  # or one of its tools asked
-            return
-        run = await self._store.get_run(run_id)
-        if run is None or run.status != RunStatus.WAITING_FOR_INPUT or run_id in self._runs:
-            return
-        # The sole writer takes it from a dead process at once (a question of a tool cut by a
-        # crash keeps its lease until it lapses); other nodes wait for the lapse.
-        await self._take_up(run, force=self.leases.sole_writer)
-
-    def _paused(self, run_id: str, waiting: Waiting, handle: OwnedRun) -> None:
-        """A run now waits: take it up when its first call expires (or at once, if answers
-        came while it paused). After a restart, lease rounds find the ready ones."""
-        if handle.rewake:
-            self._wake_soon(run_id)
-        delay = (waiting.expires_at - datetime.now(UTC)).total_seconds()
-        self._chores.at(run_id, max(0.0, delay) + 0.05, self._wake_soon)
-
-    def _wake_soon(self, run_id: str) -> None:
-        self._chores.spawn(self.wake(run_id), f"wake-{run_id}")
+        """Take up a waiting run whose answers came, if no node has (runs/wakes.py)."""
+        await self._wakes.wake(run_id)
 
     # --- resuming and adopting -----------------------------------------------------------
 
@@ -362,7 +344,7 @@ class Executor:
             problem = "" if waiting or handle.lost else STOPPED
             self._runs.release(run.id, handle, problem)
             if waiting is not None:
-                self._paused(run.id, waiting, handle)
+                self._wakes.paused(run.id, waiting, handle)
 
     def _ended(self, ending: Ending, span: trace.Span | None = None) -> None:
         """Count a run's durable end, and tell it on the run's span."""

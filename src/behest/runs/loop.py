@@ -9,25 +9,25 @@ retrying a model call providers/retry.py's; what the run has done is in runs/pro
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 from behest.domain import events as ev
 from behest.domain.agents import AgentVersion
 from behest.domain.messages import Message, Role, ToolCall
-from behest.domain.runs import FinishReason, Run, RunStatus
+from behest.domain.runs import Run, RunStatus
 from behest.domain.snapshots import Snapshot
-from behest.domain.spend import FailureCode, TenantSpend, TokenUsage
+from behest.domain.spend import FailureCode, TenantSpend
 from behest.errors import RunStopped
 from behest.events.run_log import RunLog
 from behest.providers.base import Provider
 from behest.providers.config import ProviderConfig
 from behest.runs import compaction, structured
 from behest.runs.agent_tools import AgentTools, HandedOff
-from behest.runs.asking import Asking, AskPolicy
+from behest.runs.asking import Asking
 from behest.runs.budget import Budget
 from behest.runs.compactor import Compactor
 from behest.runs.doom_loop import DoomLoopDetector
 from behest.runs.executions import RunExecutions
+from behest.runs.loop_limits import LoopLimits, Outcome
 from behest.runs.model_attempts import ModelAttempts
 from behest.runs.model_calls import ModelCalls
 from behest.runs.progress import RunProgress
@@ -38,36 +38,13 @@ from behest.runs.tool_calls import ToolRunner, offered
 from behest.runs.tool_side import ToolSide
 from behest.runs.turn import Turn
 from behest.runs.turn_calls import TurnCalls
-from behest.runs.waiting import Waiting, WaitPolicy, Waits
+from behest.runs.waiting import Waiting, Waits
 from behest.runs.worker_calls import WorkerCalls
 from behest.runs.worker_hub import WorkerHub
 from behest.store.base import Store
 from behest.store.writes import AppendMessage, SetRunOutput
 from behest.tools.base import ToolResult
 from behest.tools.registry import ToolRegistry
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoopLimits:
-    """The loop's knobs (from Settings); retries and timeouts come from the provider's config."""
-
-    max_iterations: int = 10
-    tool_concurrency: int = 4
-    compaction_cooldown_s: float = 300.0
-    coalesce_text_deltas: bool = True
-    waits: WaitPolicy = field(default_factory=WaitPolicy)
-    asks: AskPolicy = field(default_factory=AskPolicy)
-    # This process's name in run claims: who executed a tool, in its execution's record.
-    node: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a run that did not fail ended."""
-
-    finish_reason: FinishReason
-    iterations: int
-    usage: TokenUsage
 
 
 class AgentLoop:
@@ -112,16 +89,28 @@ class AgentLoop:
         self._budget = Budget.of_run(
             run, spend_limits or TenantSpend(), self._prices, self.progress, log, store
         )
-        self._asking = Asking(
+        self._asking, self._side = self._tool_side(provider, provider_config, limits)
+        self._calls = self._turn_calls(limits, workers)
+        self._doom_loop = DoomLoopDetector()
+        self._steering = Steering(run=run, log=log, store=store, progress=self.progress)
+        self._model = self._model_calls(provider, provider_config, limits, compactor)
+
+    def _tool_side(
+        self, provider: Provider, provider_config: ProviderConfig, limits: LoopLimits
+    ) -> tuple[Asking, ToolSide]:
+        """What the run does for its running tools: their questions (runs/asking.py), their
+        progress and their requests for the run's model (runs/tool_side.py)."""
+        run, log = self._run, self._log
+        asking = Asking(
             run=run,
             log=log,
-            store=store,
+            store=self._store,
             progress=self.progress,
             notifier=log.notifier,
             policy=limits.asks,
         )
-        self._side = ToolSide.of_run(
-            self._asking,
+        side = ToolSide.of_run(
+            asking,
             run=run,
             log=log,
             progress=self.progress,
@@ -129,27 +118,35 @@ class AgentLoop:
             provider_config=provider_config,
             budget=self._budget,
         )
-        self._calls = self._turn_calls(limits, workers)
-        self._doom_loop = DoomLoopDetector()
-        self._steering = Steering(run=run, log=log, store=store, progress=self.progress)
+        return asking, side
+
+    def _model_calls(
+        self,
+        provider: Provider,
+        provider_config: ProviderConfig,
+        limits: LoopLimits,
+        compactor: Compactor | None,
+    ) -> ModelCalls:
+        """The run's model calls: attempts (runs/model_attempts.py) and their retries and
+        compaction (runs/model_calls.py)."""
         attempts = ModelAttempts(
-            run=run,
-            log=log,
+            run=self._run,
+            log=self._log,
             progress=self.progress,
             provider=provider,
             provider_config=provider_config,
             budget=self._budget,
-            tools=tools,
+            tools=self._tools,
             offered=self._offered,
             waits=self._waits,
             coalesce_text=limits.coalesce_text_deltas,
         )
-        self._model = ModelCalls(
+        return ModelCalls(
             attempts=attempts,
             retry=provider_config.retry,
             compactor=compactor,
             progress=self.progress,
-            log=log,
+            log=self._log,
             budget=self._budget,
         )
 

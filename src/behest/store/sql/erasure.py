@@ -27,6 +27,7 @@ from behest.store.sql import forks
 from behest.store.sql import tables as t
 from behest.store.sql import tool_tables as tt
 from behest.store.sql.session_tables import steers
+from behest.store.sql.ticket_tables import stream_tickets
 from behest.store.sql.writes import TERMINAL
 
 # Ids per IN (…): well under SQLite's oldest bound on variables (999) and asyncpg's (32767).
@@ -170,7 +171,7 @@ def delete_runs(
         questions = tt.worker_questions
         conn.execute(sa.delete(questions).where(questions.c.run_id.in_(chunk)))
         conn.execute(sa.delete(t.idempotency_keys).where(of_tenants, keys.run_id.in_(chunk)))
-        tickets = t.stream_tickets
+        tickets = stream_tickets
         conn.execute(sa.delete(tickets).where(tickets.c.run_id.in_(chunk)))
         conn.execute(sa.delete(steers).where(steers.c.run_id.in_(chunk)))
         if messages:

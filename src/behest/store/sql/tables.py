@@ -338,18 +338,3 @@ nodes = sa.Table(
     sa.Column("started_at", Ts, nullable=False),
     sa.Column("expires_at", Ts, nullable=False),
 )
-
-# Stream tickets (domain/tickets.py; migration 0018): the SHA-256 of each secret, never the
-# secret; expired rows are pruned as new tickets are minted, and go with their run.
-stream_tickets = sa.Table(
-    "stream_tickets",
-    metadata,
-    sa.Column("digest", sa.String(64), primary_key=True),
-    sa.Column("run_id", sa.String(36), nullable=False),
-    sa.Column("tenant", sa.String(200), nullable=False),
-    sa.Column("principal", sa.Text, nullable=False),
-    sa.Column("created_at", Ts, nullable=False),
-    sa.Column("expires_at", Ts, nullable=False),
-    sa.Index("ix_stream_tickets_expires", "expires_at"),
-    sa.Index("ix_stream_tickets_run", "run_id"),
-)

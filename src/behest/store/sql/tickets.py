@@ -9,14 +9,14 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from behest.domain.tickets import StreamTicket
-from behest.store.sql import tables as t
 from behest.store.sql.engine import Engines
 from behest.store.sql.rows import utc
+from behest.store.sql.ticket_tables import stream_tickets
 
-_s = t.stream_tickets.c
-_TICKET = sa.select(t.stream_tickets).where(_s.digest == sa.bindparam("b_digest"))
-_PRUNE = sa.delete(t.stream_tickets).where(_s.expires_at <= sa.bindparam("b_now"))
-_INSERT = sa.insert(t.stream_tickets)
+_s = stream_tickets.c
+_TICKET = sa.select(stream_tickets).where(_s.digest == sa.bindparam("b_digest"))
+_PRUNE = sa.delete(stream_tickets).where(_s.expires_at <= sa.bindparam("b_now"))
+_INSERT = sa.insert(stream_tickets)
 
 
 def add(conn: Connection, ticket: StreamTicket, *, now: datetime) -> None:
