@@ -29,28 +29,15 @@ import pytest
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2 as h
 from grpc_reflection.v1alpha import reflection_pb2 as r
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fault import fuzz_strategies as fs
-from tests.fault.test_fuzz import leaks
+from tests.fault.test_fuzz import FUZZ, leaks
 from tests.support import Server, fast_settings, start_server, stop_server
 
 Code = grpc.StatusCode
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
-FUZZ = settings(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=(Phase.explicit, Phase.generate),
-    print_blob=False,
-    suppress_health_check=(
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.large_base_example,
-    ),
-)
 CALL_TIMEOUT_S = 10.0
 ALLOWED = {Code.OK, Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.RESOURCE_EXHAUSTED}
 HEALTH = "/grpc.health.v1.Health/"
