@@ -99,7 +99,7 @@ class Asking:
         elicitation_id = f"{context.call_id[:_ID_CALL_CHARS]}~{asked}-{digest}"
         stored = await self._stored(elicitation_id)
         if stored is not None and (stored.answer is not None or stored.expired(_now())):
-            return await self._replayed(stored)  # asked before behest stopped
+            return await self._told(stored, replayed=True)  # asked before behest stopped
         self._progress.asking += 1  # the run shows WAITING_FOR_INPUT from the request on
         try:
             if stored is None:
@@ -154,9 +154,6 @@ class Asking:
                 return stored
             left = (min(expires_at, stored.expires_at) - now).total_seconds()
             await Notifier.wait(ticket, max(0.0, min(ANSWER_POLL_S, left)))
-
-    async def _replayed(self, stored: PendingCall) -> Reply:
-        return await self._told(stored, replayed=True)
 
     async def _told(self, stored: PendingCall, *, replayed: bool) -> Reply:
         """Say how the question was answered (one durable step) and hand the answer over."""
