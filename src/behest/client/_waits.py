@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from behest.client._enums import Decision, ElicitAction
 from behest.client._errors import FailedPrecondition
-from behest.client._events import ApprovalRequested, ClientToolRequested, Event
-from behest.client._tool_events import ElicitationRequested
+from behest.client._events import Event
+from behest.client._tool_events import ApprovalRequested, ClientToolRequested, ElicitationRequested
 from behest.client._types import PendingCall
 
 
